@@ -1,0 +1,282 @@
+"""The multi-turn text environment interface.
+
+Every environment (built-in or adapter) is a :class:`TextEnv`.  Episodes are text in, text
+out: ``reset(task)`` returns the first observation, ``step(response_text)`` parses the
+policy's response into an action, applies it and returns a :class:`StepResult`.  ``info``
+carries privileged facts that the policy never sees but the oracle writer and the
+diagnostics use:
+
+* ``state_key``: a string that is equal for identical environment states of the same task
+  (GiGPO anchor states);
+* ``distance``: the optimal number of remaining steps to the goal (``None`` if unknown);
+* ``plan``: the ground-truth remaining action plan (list of action strings);
+* ``valid``: whether the response parsed into an admissible action;
+* ``action``: the parsed action text (``""`` when unparseable);
+* ``score``: the domain's graded score in [0, 1] (equals success for binary domains).
+
+This module is pure Python: ``envs/`` never imports torch or the trainer.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of one split, identified by a stable ``id`` ("household/eval_seen/0007").
+
+    ``spec`` holds the environment's own description of the task (layout, goal, catalog
+    item, question ...); it is excluded from hashing and equality so tasks compare by id.
+    """
+
+    id: str
+    env: str
+    split: str
+    instruction: str
+    spec: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    observation: str
+    reward: float
+    done: bool
+    success: bool
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Turn:
+    """One interaction turn u_t = (y_t, a_t, o_{t+1}) plus the privileged facts around it.
+
+    ``observation`` is the observation the policy saw *before* acting; ``next_observation``
+    is what the environment returned.  ``state_key``/``distance_before`` describe the state
+    before the action, ``distance_after`` the state after it.
+    """
+
+    observation: str
+    response: str
+    action: str
+    valid: bool
+    reward: float
+    next_observation: str
+    state_key: str
+    distance_before: int | None
+    distance_after: int | None
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Episode:
+    """A finished (or truncated) trajectory of one task."""
+
+    task: Task
+    turns: list[Turn]
+    success: bool
+    score: float
+    first_observation: str
+
+    @property
+    def actions(self) -> list[str]:
+        return [t.action for t in self.turns]
+
+    @property
+    def total_reward(self) -> float:
+        return sum(t.reward for t in self.turns)
+
+    @property
+    def distances(self) -> list[int | None]:
+        """d_0 .. d_T: distance before turn 0, then after each turn."""
+        if not self.turns:
+            return []
+        return [self.turns[0].distance_before] + [t.distance_after for t in self.turns]
+
+
+@dataclass(frozen=True)
+class Hindsight:
+    """What a writer returns for one trajectory (DESIGN.md, Writers).
+
+    ``error_turn`` is the zero-based index of the first unrecovered decisive error, or
+    ``None`` (k = infinity: Positive guidance throughout).  ``valid`` is False when the
+    writer's output was malformed; the trainer then applies the documented fallback.
+    """
+
+    positive_skill: str
+    negative_skill: str = ""
+    error_turn: int | None = None
+    valid: bool = True
+    raw: str = ""
+
+
+def first_unrecovered_error(distances: Sequence[int | None], success: bool) -> int | None:
+    """The first unrecovered decisive error turn of a finished trajectory, or ``None``.
+
+    ``distances`` is d_0, ..., d_T where d_t is the optimal number of remaining steps to
+    the goal before turn t (d_T after the last turn).  Turn t (zero-based) is a *decisive
+    error* when it increased the distance, d_{t+1} > d_t.  It is *recovered* when some
+    later state gets back to at least that distance, min_{s > t+1} d_s <= d_t.  The answer
+    is the smallest t that is a decisive error and is not recovered; successful
+    trajectories and trajectories whose failure involves no such turn (e.g. running out of
+    turns while dithering) have none.  Unknown distances (``None``) never count as errors.
+    """
+    if success:
+        return None
+    d = list(distances)
+    for t in range(len(d) - 1):
+        before, after = d[t], d[t + 1]
+        if before is None or after is None or after <= before:
+            continue
+        later = [x for x in d[t + 2 :] if x is not None]
+        if not later or min(later) > before:
+            return t
+    return None
+
+
+def parse_tagged(text: str, pattern: re.Pattern = ACTION_RE) -> str | None:
+    """The content of the last ``<action>...</action>`` span, stripped; None if absent."""
+    found = pattern.findall(text)
+    if not found:
+        return None
+    action = " ".join(found[-1].split())
+    return action or None
+
+
+def format_response(action: str, think: str = "") -> str:
+    """The canonical response text for an action: ``<think>..</think><action>..</action>``."""
+    return f"<think>{think}</think><action>{action}</action>"
+
+
+class TextEnv(abc.ABC):
+    """A multi-turn text environment.  Subclasses implement the abstract methods.
+
+    Instances hold the state of one episode at a time; create one per parallel episode
+    with :func:`envs.make`.  All randomness comes from ``random.Random`` objects seeded
+    with strings, so panels and episodes are identical across processes and hash seeds.
+    """
+
+    name: str = "base"
+    default_max_turns: int = 30
+    splits: tuple[str, ...] = ("train",)
+
+    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.1):
+        self.max_turns = max_turns or self.default_max_turns
+        self.invalid_penalty = invalid_penalty
+        self.task: Task | None = None
+        self.turn = 0
+
+    # -- tasks -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def panel(self, split: str) -> list[Task]:
+        """The fixed, enumerated task list of ``split`` (never sampled at eval time)."""
+
+    def check_split(self, split: str) -> None:
+        if split not in self.splits:
+            raise ValueError(
+                f"unknown split {split!r} for env {self.name!r}; valid: {', '.join(self.splits)}"
+            )
+
+    # -- episode -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
+        """Start ``task``; apply the actions in ``replay`` (recovery experiments); return
+        the current observation text."""
+
+    @abc.abstractmethod
+    def step(self, response_text: str) -> StepResult:
+        """Parse ``response_text`` and apply it.  An unparseable or inadmissible action is
+        an invalid step: reward ``-invalid_penalty``, state unchanged, episode continues."""
+
+    def parse_action(self, response_text: str) -> str | None:
+        return parse_tagged(response_text)
+
+    def admissible_actions(self) -> list[str] | None:
+        """The admissible actions in the current state, where the domain has them."""
+        return None
+
+    # -- privileged facts --------------------------------------------------------------
+    @abc.abstractmethod
+    def state_key(self) -> str:
+        """Key equal for identical states of the same task (GiGPO anchor states)."""
+
+    @abc.abstractmethod
+    def distance_to_goal(self) -> int | None:
+        """Optimal number of remaining steps from the current state."""
+
+    @abc.abstractmethod
+    def expert_action(self, epsilon: float = 0.0, rng: random.Random | None = None) -> str:
+        """The scripted expert's action for the current state; with probability
+        ``epsilon`` a random or plausible-wrong action instead."""
+
+    # -- prompt pieces -----------------------------------------------------------------
+    @abc.abstractmethod
+    def system_prompt(self) -> str:
+        """The actor's instructions: the domain, the response format, the action grammar."""
+
+    def task_instruction(self, task: Task) -> str:
+        return task.instruction
+
+    def format_observation(self, observation: str) -> str:
+        return observation
+
+    @abc.abstractmethod
+    def domain_description(self) -> str:
+        """The analyzer prompt's description of this domain (for hindsight writers)."""
+
+    @abc.abstractmethod
+    def workflow(self, task: Task) -> list[str]:
+        """Abstract, reusable steps that solve tasks like ``task`` (used by the oracle
+        writer for the Positive skill; phrasing may vary, content must be correct)."""
+
+
+def run_episode(
+    env: TextEnv,
+    task: Task,
+    act: Callable[[TextEnv, str, list[Turn]], str],
+    replay: Sequence[str] = (),
+) -> Episode:
+    """Play one episode: ``act(env, observation, turns_so_far) -> response_text``."""
+    observation = env.reset(task, replay=replay)
+    first = observation
+    turns: list[Turn] = []
+    success, score = False, 0.0
+    while True:
+        key, d_before = env.state_key(), env.distance_to_goal()
+        response = act(env, observation, turns)
+        result = env.step(response)
+        info = dict(result.info)
+        turns.append(
+            Turn(
+                observation=observation,
+                response=response,
+                action=info.get("action", ""),
+                valid=bool(info.get("valid", True)),
+                reward=result.reward,
+                next_observation=result.observation,
+                state_key=key,
+                distance_before=d_before,
+                distance_after=env.distance_to_goal(),
+                info=info,
+            )
+        )
+        observation = result.observation
+        success, score = result.success, float(info.get("score", float(result.success)))
+        if result.done:
+            break
+    return Episode(task=task, turns=turns, success=success, score=score, first_observation=first)
+
+
+def expert_policy(epsilon: float = 0.0, seed: str = "expert") -> Callable[[TextEnv, str, list[Turn]], str]:
+    """An ``act`` callable for :func:`run_episode` that follows ``env.expert_action``."""
+    rng = random.Random(seed)
+
+    def act(env: TextEnv, observation: str, turns: list[Turn]) -> str:
+        return format_response(env.expert_action(epsilon=epsilon, rng=rng))
+
+    return act
