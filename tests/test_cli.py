@@ -1,0 +1,212 @@
+"""sweeps/cli.py: exit codes, one-line errors on stderr, subcommand dispatch.  The method
+table is the stand-in tests/data/fake_algos.py; trainer.run and sweeps.study are faked."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from sweeps import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+RUN = str(DATA / "run_seed.yaml")
+
+
+@pytest.fixture
+def fake_algos(monkeypatch):
+    spec = importlib.util.spec_from_file_location("fake_algos", DATA / "fake_algos.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fake_algos", module)  # dataclasses look it up
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "trainer.algos", module)
+    return module
+
+
+@pytest.fixture
+def fake_run(monkeypatch):
+    """A fake trainer.run recording its calls; ``status`` sets the returned run status."""
+    module = types.ModuleType("trainer.run")
+    module.calls, module.status = [], "FINISHED"
+
+    def train(cfg, *, run_id=None, resume=False, progress=True):
+        module.calls.append(("train", cfg, run_id, resume))
+        return types.SimpleNamespace(run_id="r1", status=module.status,
+                                     final_metrics={"eval/eval_unseen/success": 0.25, "steps": 3})
+
+    def evaluate(cfg, checkpoint):
+        module.calls.append(("evaluate", cfg, checkpoint))
+        return {"eval/eval_seen/success": 0.5, "eval/eval_seen/episode_length": 7.25}
+
+    module.train, module.evaluate = train, evaluate
+    monkeypatch.setitem(sys.modules, "trainer.run", module)
+    return module
+
+
+def run_main(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(err: str, start: str):
+    assert err.startswith(f"error: {start}"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+# --- validate -----------------------------------------------------------------------------
+
+
+def test_validate_run_config_ok(fake_algos, capsys):
+    assert run_main(capsys, "validate", RUN) == (
+        0, f"ok: run config {RUN} (method=seed, env=household, backbone=tiny)\n", "")
+    code, out, _ = run_main(capsys, "validate", RUN, "--set", "algo.method=etro",
+                            "--set", "model.backbone=Qwen/Qwen3-1.7B")
+    assert code == 0 and "(method=etro, env=household, backbone=Qwen/Qwen3-1.7B)" in out
+
+
+@pytest.mark.parametrize("argv, start", [
+    (["validate", str(DATA / "run_bad_key.yaml")],
+     (f"{DATA / 'run_bad_key.yaml'}: unknown key 'algo.betta_opd'; did you mean 'algo.beta_opd'? "
+      "valid keys in algo: adv_eps, beta_opd,")),
+    (["validate", RUN, "--set", "algo.beta_opd=-1"], "algo.beta_opd: expected a number >= 0, got -1"),
+    (["validate", RUN, "--set", "algo.std_mode=pop"],
+     "algo.std_mode: 'pop' is not one of unbiased, population, none"),
+    (["validate", RUN, "--set", "algo.method=sed"],
+     "algo.method: unknown method 'sed'; did you mean 'seed'? valid methods: etro, grpo,"),
+    (["validate", RUN, "--set", "algo.method=etro", "--set", "env.name=alfworld"],
+     "writer.kind: 'oracle' needs a built-in env"),
+    (["validate", RUN, "--set", "nonsense"], "bad override 'nonsense': expected key=value"),
+    (["validate", "nope.yaml"], "nope.yaml: no such file"),
+    (["train", RUN, "--set", "algo.betta_opd=1"], "unknown key 'algo.betta_opd'"),
+    (["eval", "nope.yaml"], "nope.yaml: no such file"),
+])
+def test_config_errors_exit_2_with_one_line(fake_algos, capsys, argv, start):
+    code, out, err = run_main(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert_one_line_error(err, start)
+
+
+def test_validate_dispatches_study_files(monkeypatch, capsys):
+    seen = []
+
+    def load_study(path):
+        seen.append(path)
+        return types.SimpleNamespace(name="cli-test")
+
+    module = types.ModuleType("sweeps.study")
+    module.load_study = load_study
+    monkeypatch.setitem(sys.modules, "sweeps.study", module)
+    study = str(DATA / "study_min.yaml")
+    assert run_main(capsys, "validate", study) == (0, f"ok: study {study} (name=cli-test)\n", "")
+    assert seen == [study]
+
+    def bad_study(path):
+        raise ValueError("study.grid.algo.beta_opd: expected a non-empty list\nof values")
+
+    module.load_study = bad_study
+    code, _, err = run_main(capsys, "validate", study)
+    assert code == 2
+    assert_one_line_error(err, "study.grid.algo.beta_opd: expected a non-empty list of values")
+    code, _, err = run_main(capsys, "validate", study, "--set", "seed=1")
+    assert code == 2 and "--set applies to run configs" in err
+
+
+def test_validate_study_without_sweeps_study_module(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "sweeps.study", None)  # import raises ModuleNotFoundError
+    code, out, err = run_main(capsys, "validate", str(DATA / "study_min.yaml"))
+    assert (code, out) == (2, "")
+    assert_one_line_error(err, "validating a study file needs sweeps.study, which is not "
+                               "available in this install yet")
+
+
+# --- methods ------------------------------------------------------------------------------
+
+
+def test_methods_prints_the_registry_table(fake_algos, capsys):
+    code, out, err = run_main(capsys, "methods")
+    lines = out.splitlines()
+    assert (code, err) == (0, "")
+    assert lines[0].split() == ["method", "parts", "writer", "teacher", "lambda", "summary"]
+    assert len(lines) == 1 + len(fake_algos.METHODS)
+    seed = next(line for line in lines if line.startswith("seed "))
+    assert seed.split()[:5] == ["seed", "grpo", "+", "seed_gated", "self"]
+    assert seed.endswith("current  0.01    SEED: gated hindsight OPD")
+    assert "  -  " in next(line for line in lines if line.startswith("open "))  # no lambda
+
+
+def test_format_table_pads_all_but_the_last_column():
+    assert cli.format_table(["a", "bb", "c"], [["xxx", "y", "long text"]]) == (
+        "a    bb  c\nxxx  y   long text")
+
+
+# --- train / eval -------------------------------------------------------------------------
+
+
+def test_train_passes_the_resolved_config(fake_algos, fake_run, capsys):
+    code, out, err = run_main(capsys, "train", RUN, "--set", "algo.beta_opd=2", "--resume")
+    assert (code, err) == (0, "")
+    assert out == "run r1: FINISHED\n  eval/eval_unseen/success: 0.25\n  steps: 3\n"
+    (kind, cfg, run_id, resume), = fake_run.calls
+    assert (kind, run_id, resume) == ("train", None, True)
+    assert cfg.algo.beta_opd == 2.0 and cfg.algo.lambda_opd == 0.01  # resolved
+    fake_run.status = "FAILED"
+    assert run_main(capsys, "train", RUN, "--run-id", "abc")[0] == 1
+    assert fake_run.calls[-1][2] == "abc"
+
+
+def test_eval_prints_metrics(fake_algos, fake_run, capsys):
+    code, out, _ = run_main(capsys, "eval", RUN, "--checkpoint", "ckpt/step_5")
+    assert code == 0
+    assert out == "eval/eval_seen/episode_length: 7.25\neval/eval_seen/success: 0.5\n"
+    assert fake_run.calls[-1][2] == "ckpt/step_5" and fake_run.calls[-1][1].writer.kind == "self"
+
+
+def test_train_without_trainer_run_module(fake_algos, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "trainer.run", None)
+    code, _, err = run_main(capsys, "train", RUN)
+    assert code == 2
+    assert_one_line_error(err, "training needs trainer.run, which is not available")
+
+
+# --- parser, extension point, subprocess --------------------------------------------------
+
+
+def test_usage_errors_and_help_return_codes(capsys):
+    assert cli.main([]) == 2
+    assert cli.main(["nosuch"]) == 2
+    assert cli.main(["validate"]) == 2  # FILE missing
+    assert "invalid choice: 'nosuch'" in capsys.readouterr().err
+    assert cli.main(["--help"]) == 0
+    assert "validate" in capsys.readouterr().out
+
+
+def test_commands_dict_is_the_extension_point(monkeypatch, capsys):
+    def add(parser):
+        parser.add_argument("--times", type=int, default=1)
+
+    def hello(args):
+        """Say hello."""
+        print("hello " * args.times)
+        return 7
+
+    monkeypatch.setitem(cli.COMMANDS, "hello", (add, hello))
+    assert run_main(capsys, "hello", "--times", "2") == (7, "hello hello \n", "")
+    assert "Say hello." in cli.build_parser().format_help()
+
+
+def test_python_m_sweeps_cli_subprocess():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", "validate", "tests/data/run_bad_key.yaml"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.startswith("error: tests/data/run_bad_key.yaml: unknown key "
+                                  "'algo.betta_opd'; did you mean 'algo.beta_opd'?")
+    assert proc.stderr.count("\n") == 1
