@@ -1,0 +1,78 @@
+"""Pure algorithm parts (advantages, token credit, losses) and the method table.
+
+The trainer calls :func:`token_advantages` and :func:`policy_loss` with the
+:class:`MethodSpec` from :func:`get_method`; it never branches on method names.
+Importing this package registers every part.
+"""
+
+from .api import policy_loss, token_advantages
+from .credit import (
+    ETRO_ROUTES,
+    Regions,
+    etro_opd_advantages,
+    region_metrics,
+    rlsd_decay,
+    trajectory_regions,
+)
+from .grpo import STD_MODES, grpo_advantages, ppo_clip_loss, tied_groups
+from .inputs import CreditInputs, LossInputs
+from .masked import LOSS_AGGS, aggregate, masked_mean, masked_std
+from .methods import (
+    METHODS,
+    SKILL_CONTEXTS,
+    TEACHERS,
+    WRITER_KINDS,
+    MethodSpec,
+    get_method,
+    method_names,
+    resolve_algo,
+)
+from .opd import opsd_loss, seed_gate, seed_opd_loss
+from .registry import (
+    ADVANTAGES,
+    CREDITS,
+    OPD_LOSSES,
+    Registry,
+    register_advantage,
+    register_credit,
+    register_opd_loss,
+)
+
+__all__ = [
+    "ADVANTAGES",
+    "CREDITS",
+    "ETRO_ROUTES",
+    "LOSS_AGGS",
+    "METHODS",
+    "OPD_LOSSES",
+    "SKILL_CONTEXTS",
+    "STD_MODES",
+    "TEACHERS",
+    "WRITER_KINDS",
+    "CreditInputs",
+    "LossInputs",
+    "MethodSpec",
+    "Regions",
+    "Registry",
+    "aggregate",
+    "etro_opd_advantages",
+    "get_method",
+    "grpo_advantages",
+    "masked_mean",
+    "masked_std",
+    "method_names",
+    "opsd_loss",
+    "policy_loss",
+    "ppo_clip_loss",
+    "region_metrics",
+    "register_advantage",
+    "register_credit",
+    "register_opd_loss",
+    "resolve_algo",
+    "rlsd_decay",
+    "seed_gate",
+    "seed_opd_loss",
+    "tied_groups",
+    "token_advantages",
+    "trajectory_regions",
+]

@@ -1,0 +1,370 @@
+"""The method table: every method the SEED review and the ETRO paper compare, as parts.
+
+One :class:`MethodSpec` per method name says which registered parts it uses (advantage
+estimator, token-credit rule, auxiliary OPD loss), which skill contexts the teacher must
+score, the default writer, teacher and coefficient, and the flags for the
+skill-in-context baselines and SEED's ablations.  The trainer reads the spec; it never
+branches on method names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from trainer.config import AlgoConfig
+
+from . import grpo, opd  # noqa: F401  (importing registers the parts the table names)
+from .credit import SUFFIX_SKILLS
+from .registry import ADVANTAGES, CREDITS, OPD_LOSSES, unknown_name_error
+
+SKILL_CONTEXTS = ("positive", "negative", "privileged")
+"""Contexts a teacher may score: the writer's Positive skill (for SEED-style writers the
+trajectory's single hindsight skill), its Negative skill, and the privileged context
+(privileged task facts such as the oracle's plan; OPSD / RLSD)."""
+
+WRITER_KINDS = ("self", "oracle", "static", "none")
+TEACHERS = ("old", "current")
+
+SEED = "SEED (Wu et al. 2026, arXiv 2607.14777; review by Z. Zhou)"
+ETRO = "ETRO (Huang & Zhu 2026, arXiv 2610.23048)"
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """How one method is assembled from registered parts.
+
+    Attributes:
+        name: snake_case method name (the ``algo.method`` config value).
+        paper: citation plus section / equation.
+        summary: one line for ``hindsight methods``.
+        advantage: registered advantage estimator (``grpo`` or ``none``).
+        credit: registered token-credit rule applied after broadcasting, or None.
+        opd_loss: registered auxiliary OPD loss added to the policy loss, or None.
+        skills: skill contexts the teacher must score (subset of :data:`SKILL_CONTEXTS`).
+        writer: default writer kind (``self`` / ``oracle`` / ``static`` / ``none``).
+        teacher: ``old`` (frozen policy, once before the update) or ``current`` (live policy
+            per minibatch); irrelevant when ``skills`` is empty.
+        lambda_opd: default OPD coefficient (SEED family 0.01, ETRO family 0.001, 0 = none).
+        uses_rl: False for pure OPSD (no PPO / KL term).
+        trains: False for Vanilla and Skill-Prompt (evaluation only).
+        rollout_skill / eval_skill: a library skill in the actor's context during rollouts /
+            during evaluation (Skill-GRPO, Skill-GRPO*, Skill-Prompt).
+        skill_sft: run SEED's Stage-1 hindsight-skill SFT.
+        writer_refresh: None = the config's ``writer.refresh_every``; 0 = never refresh.
+        suffix_skill / suffix_weight: fixed by ETRO's suffix ablations (Table 3); None = the
+            config's ``algo.suffix_skill`` / ``algo.suffix_weight``.
+    """
+
+    name: str
+    paper: str
+    summary: str
+    advantage: str
+    credit: str | None
+    opd_loss: str | None
+    skills: tuple[str, ...]
+    writer: str
+    teacher: str
+    lambda_opd: float
+    uses_rl: bool = True
+    trains: bool = True
+    rollout_skill: bool = False
+    eval_skill: bool = False
+    skill_sft: bool = False
+    writer_refresh: int | None = None
+    suffix_skill: str | None = None
+    suffix_weight: float | None = None
+
+    def __post_init__(self) -> None:
+        ADVANTAGES.get(self.advantage)
+        if self.credit is not None:
+            CREDITS.get(self.credit)
+        if self.opd_loss is not None:
+            OPD_LOSSES.get(self.opd_loss)
+        bad = [s for s in self.skills if s not in SKILL_CONTEXTS]
+        if bad or len(set(self.skills)) != len(self.skills):
+            raise ValueError(
+                f"{self.name}: skills {self.skills} must be distinct values of {SKILL_CONTEXTS}"
+            )
+        for field, value, valid in (
+            ("writer", self.writer, WRITER_KINDS),
+            ("teacher", self.teacher, TEACHERS),
+        ):
+            if value not in valid:
+                raise ValueError(f"{self.name}: {field} {value!r} is not one of {', '.join(valid)}")
+        if self.suffix_skill is not None and self.suffix_skill not in SUFFIX_SKILLS:
+            raise ValueError(
+                f"{self.name}: suffix_skill {self.suffix_skill!r} is not one of {SUFFIX_SKILLS}"
+            )
+        self._check_consistency()
+
+    def _check_consistency(self) -> None:
+        if self.opd_loss is not None and len(self.skills) != 1:
+            raise ValueError(
+                f"{self.name}: an OPD loss scores exactly one skill context, got {self.skills}"
+            )
+        if self.skills and self.writer == "none":
+            raise ValueError(f"{self.name}: skills {self.skills} need a writer, got writer='none'")
+        if not self.uses_rl and self.trains and self.opd_loss is None:
+            raise ValueError(f"{self.name}: without RL a training method needs an opd_loss")
+        if not self.trains and (self.credit or self.opd_loss or self.skills):
+            raise ValueError(
+                f"{self.name}: a non-training method has no credit, OPD loss or teacher skills"
+            )
+        if self.lambda_opd < 0:
+            raise ValueError(f"{self.name}: lambda_opd must be >= 0, got {self.lambda_opd}")
+
+
+def _seed(name: str, summary: str, **kw) -> MethodSpec:
+    base = {
+        "paper": f"{SEED}: Eq. 1 (gated OPD) + Eq. RL, Algorithm 1",
+        "advantage": "grpo",
+        "credit": None,
+        "opd_loss": "seed",
+        "skills": ("positive",),
+        "writer": "self",
+        "teacher": "current",
+        "lambda_opd": 0.01,
+    }
+    return MethodSpec(name=name, summary=summary, **{**base, **kw})
+
+
+def _etro(
+    name: str, summary: str, section: str, skills=("positive", "negative"), **kw
+) -> MethodSpec:
+    return MethodSpec(
+        name=name,
+        summary=summary,
+        paper=f"{ETRO}: {section}",
+        advantage="grpo",
+        credit=kw.pop("credit", name),
+        opd_loss=None,
+        skills=skills,
+        writer="oracle",
+        teacher="old",
+        lambda_opd=0.001,
+        **kw,
+    )
+
+
+def _plain(name: str, summary: str, paper: str, **kw) -> MethodSpec:
+    base = {
+        "advantage": "grpo",
+        "credit": None,
+        "opd_loss": None,
+        "skills": (),
+        "writer": "none",
+        "teacher": "old",
+        "lambda_opd": 0.0,
+    }
+    return MethodSpec(name=name, summary=summary, paper=paper, **{**base, **kw})
+
+
+_BASELINES = f"{SEED}: baselines table; {ETRO}: Table 1, App. B.1"
+_TABLE = [
+    _plain(
+        "grpo",
+        "Outcome-only GRPO: group-relative advantage broadcast to every action token",
+        "Shao et al. 2024; SEED review Eq. RL-Adv, Eq. RL",
+    ),
+    _seed(
+        "seed",
+        "SEED: GRPO + confidence-gated OPD from the policy's own, refreshed hindsight skills",
+        skill_sft=True,
+    ),
+    _seed("seed_no_sft", "SEED without Stage-1 hindsight-skill SFT (Table 2 ablation)"),
+    _seed(
+        "seed_stale",
+        "SEED without the self-evolving refresh: the writer snapshot is never updated",
+        skill_sft=True,
+        writer_refresh=0,
+    ),
+    _seed(
+        "seed_static",
+        "SEED with a static offline skill library instead of on-policy skills",
+        skill_sft=True,
+        writer="static",
+    ),
+    _seed(
+        "sdar",
+        "SDAR: GRPO + SEED's gated distillation from a static (non-evolving) skill",
+        paper=f"Lu et al. 2026a; {_BASELINES}",
+        writer="static",
+    ),
+    MethodSpec(
+        "opsd",
+        paper=f"Zhao et al. 2026a; {_BASELINES}",
+        summary="OPSD: ungated sampled-token self-distillation from a privileged context, no RL",
+        advantage="none",
+        credit=None,
+        opd_loss="opsd",
+        skills=("privileged",),
+        writer="oracle",
+        teacher="current",
+        lambda_opd=1.0,
+        uses_rl=False,
+    ),
+    MethodSpec(
+        "grpo_opsd",
+        paper=f"Zhao et al. 2026a; {_BASELINES}",
+        summary="GRPO+OPSD: GRPO plus ungated privileged-context self-distillation",
+        advantage="grpo",
+        credit=None,
+        opd_loss="opsd",
+        skills=("privileged",),
+        writer="oracle",
+        teacher="current",
+        lambda_opd=0.01,
+    ),
+    MethodSpec(
+        "skill_sd",
+        paper=f"Wang et al. 2026; {_BASELINES}",
+        summary="Skill-SD: GRPO plus ungated self-distillation from a retrieved library skill",
+        advantage="grpo",
+        credit=None,
+        opd_loss="opsd",
+        skills=("positive",),
+        writer="static",
+        teacher="current",
+        lambda_opd=0.01,
+    ),
+    MethodSpec(
+        "rlsd",
+        paper=f"Yang et al. 2026a; {_BASELINES}",
+        summary="RLSD: privileged log-prob gap as a bounded, decaying scale on |A_GRPO|, sign kept",
+        advantage="grpo",
+        credit="rlsd",
+        opd_loss=None,
+        skills=("privileged",),
+        writer="oracle",
+        teacher="old",
+        lambda_opd=0.0,
+    ),
+    _plain(
+        "skill_grpo",
+        "Skill-GRPO: GRPO with a library skill in the rollout context, removed at test",
+        _BASELINES,
+        writer="static",
+        rollout_skill=True,
+    ),
+    _plain(
+        "skill_grpo_star",
+        "Skill-GRPO*: Skill-GRPO that keeps the skill in context at evaluation",
+        _BASELINES,
+        writer="static",
+        rollout_skill=True,
+        eval_skill=True,
+    ),
+    _plain(
+        "skill_prompt",
+        "Skill-Prompt: untrained backbone with a retrieved skill in the evaluation prompt",
+        _BASELINES,
+        advantage="none",
+        writer="static",
+        trains=False,
+        eval_skill=True,
+    ),
+    _plain(
+        "vanilla", "Vanilla: the untrained backbone", _BASELINES, advantage="none", trains=False
+    ),
+    _etro(
+        "etro",
+        "ETRO: Positive OPD before the error, Negative at it, GRPO only after",
+        "Sec. 3.4, App. B.2",
+    ),
+    _etro(
+        "etro_global_positive",
+        "Positive skill's OPD on every turn of every trajectory",
+        "Sec. 4.3, Table 2",
+        skills=("positive",),
+    ),
+    _etro(
+        "etro_global_negative",
+        "Negative skill's OPD on every turn of failed trajectories",
+        "Sec. 4.3, Table 2",
+        skills=("negative",),
+    ),
+    _etro(
+        "etro_global_both",
+        "Mean of both gaps throughout failed trajectories, Positive on successes",
+        "Sec. 4.3, Table 2",
+    ),
+    _etro(
+        "etro_positive_only",
+        "ETRO without the Negative branch",
+        "Sec. 4.3, Table 2",
+        skills=("positive",),
+    ),
+    _etro(
+        "etro_negative_only",
+        "ETRO without the Positive branch (Negative at the error only)",
+        "Sec. 4.3, Table 2",
+        skills=("negative",),
+    ),
+    _etro(
+        "etro_suffix_positive",
+        "ETRO plus alpha x Positive OPD after the error (alpha default 1)",
+        "Sec. 4.3, Tables 3-4",
+        credit="etro",
+        suffix_skill="positive",
+        suffix_weight=1.0,
+    ),
+    _etro(
+        "etro_suffix_negative",
+        "ETRO plus alpha x Negative OPD after the error (alpha default 1)",
+        "Sec. 4.3, Tables 3-4",
+        credit="etro",
+        suffix_skill="negative",
+        suffix_weight=1.0,
+    ),
+    _etro(
+        "etro_random_boundary",
+        "ETRO routing split at a random turn instead of the diagnosed error",
+        "Sec. 4.3, Table 3",
+    ),
+    _etro(
+        "etro_neg_prefix",
+        "ETRO with the Negative turn moved to a random pre-error turn",
+        "Sec. 4.4, Fig. 4",
+    ),
+    _etro(
+        "etro_neg_suffix",
+        "ETRO with the Negative turn moved to a random post-error turn",
+        "Sec. 4.4, Fig. 4",
+    ),
+]
+METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in _TABLE}
+assert len(METHODS) == len(_TABLE), "duplicate method name in the table"
+
+
+def method_names() -> list[str]:
+    """All method names, in table order."""
+    return list(METHODS)
+
+
+def get_method(name: str) -> MethodSpec:
+    """The spec of ``name``; an unknown name raises ``ValueError`` listing the valid ones."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise unknown_name_error("method", name, METHODS) from None
+
+
+def resolve_algo(spec: MethodSpec, cfg: AlgoConfig) -> AlgoConfig:
+    """``cfg`` with the method-dependent values filled in from ``spec``.
+
+    * ``lambda_opd`` / ``teacher``: None -> the spec's default;
+    * ETRO's suffix ablations fix ``suffix_skill``; their alpha defaults to the spec's 1.0
+      (Table 3) while ``suffix_weight`` is 0 (alpha = 0 would be plain ETRO), and a nonzero
+      ``suffix_weight`` sets alpha (Table 4 sweep).
+    """
+    changes: dict = {}
+    if cfg.lambda_opd is None:
+        changes["lambda_opd"] = spec.lambda_opd
+    if cfg.teacher is None:
+        changes["teacher"] = spec.teacher
+    if spec.suffix_skill is not None:
+        changes["suffix_skill"] = spec.suffix_skill
+    if spec.suffix_weight is not None and cfg.suffix_weight == 0.0:
+        changes["suffix_weight"] = spec.suffix_weight
+    return dataclasses.replace(cfg, **changes) if changes else cfg

@@ -1,0 +1,121 @@
+"""Auxiliary on-policy distillation (OPD) losses over sampled tokens.
+
+Teacher and student are the same model under two contexts: the teacher sees the skill /
+privileged context, the student the ordinary history; both score the *same* sampled tokens
+(SEED review, "Skill-augmented re-scoring").  The teacher branch is always detached.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from trainer.config import AlgoConfig
+
+from .inputs import LossInputs
+from .masked import masked_mean, masked_std
+from .registry import register_opd_loss
+
+
+def seed_gate(delta: Tensor, beta: float) -> Tensor:
+    """SEED's confidence gate g = sigmoid(beta_opd * Delta) (SEED review, Eq. 1); any shape."""
+    return torch.sigmoid(beta * delta)
+
+
+def _teacher_gap(logp_student: Tensor, logp_teacher: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Detached teacher log-probs and Delta = sg(teacher - student), both ``[B, T]``.
+
+    Off-mask teacher entries (possibly NaN) are replaced by the student's value, so that
+    Delta = 0 there and no NaN reaches the backward pass.
+    """
+    teacher = torch.where(mask.bool(), logp_teacher, logp_student).detach()
+    return teacher, teacher - logp_student.detach()
+
+
+def seed_opd_loss(
+    logp_student: Tensor, logp_teacher: Tensor, mask: Tensor, beta: float
+) -> tuple[Tensor, dict[str, float]]:
+    """SEED's confidence-gated OPD loss (SEED review Eq. 1, Algorithm 1 lines 21-25).
+
+    Delta = sg(l_skill - l_theta),  g = sigmoid(beta * Delta) (detached),
+    L_opd = token-mean over valid tokens of  g * (sg(l_skill) - l_theta).
+
+    Its gradient is exactly ``-g * grad(l_theta) / n`` per valid token (n = number of valid
+    tokens): a gate-weighted NLL on the student branch.
+
+    Args:
+        logp_student: ``[B, T]`` l_theta, log-prob of the sampled tokens, ordinary context.
+        logp_teacher: ``[B, T]`` l_skill, same tokens under the skill context.
+        mask: ``[B, T]`` valid action tokens.
+        beta: gate sharpness beta_opd (paper: 5.0).
+
+    Returns:
+        ``(loss, metrics)``; metrics ``gate_mean``, ``gate_std``, ``delta_mean`` over valid tokens.
+    """
+    teacher, delta = _teacher_gap(logp_student, logp_teacher, mask)
+    gate = seed_gate(delta, beta)
+    loss = masked_mean(gate * (teacher - logp_student), mask)
+    metrics = {
+        "gate_mean": masked_mean(gate, mask).item(),
+        "gate_std": masked_std(gate, mask).item(),
+        "delta_mean": masked_mean(delta, mask).item(),
+    }
+    return loss, metrics
+
+
+def opsd_loss(
+    logp_student: Tensor, logp_teacher: Tensor, mask: Tensor
+) -> tuple[Tensor, dict[str, float]]:
+    """Ungated sampled-token self-distillation (OPSD, Zhao et al. 2026a; SEED review baselines).
+
+    The sampled-token estimate of the reverse KL(pi_theta || pi_teacher) with the teacher
+    detached: with Delta = sg(l_teacher - l_theta), the per-token reward is Delta and the
+    gradient is the score-function gradient ``-Delta * grad(l_theta) / n`` per valid token.
+    Unlike SEED's gate g in (0, 1), Delta is signed and unbounded: tokens the teacher
+    disfavours are pushed down.  The loss *value* is the k1 estimate mean(-Delta) of the
+    reverse KL; the second term below is zero in value and carries the gradient.
+
+    Args / shapes as :func:`seed_opd_loss`.  Metrics: ``delta_mean``, ``reverse_kl``.
+    """
+    _, delta = _teacher_gap(logp_student, logp_teacher, mask)
+    surrogate = -delta * (logp_student - logp_student.detach())  # value 0, grad -Delta
+    loss = masked_mean(-delta, mask) + masked_mean(surrogate, mask)
+    metrics = {
+        "delta_mean": masked_mean(delta, mask).item(),
+        "reverse_kl": masked_mean(-delta, mask).item(),
+    }
+    return loss, metrics
+
+
+def _teacher(inputs: LossInputs, who: str) -> Tensor:
+    if inputs.logp_teacher is None:
+        raise ValueError(f"OPD loss {who!r} needs LossInputs.logp_teacher ([B, T]); it is None")
+    return inputs.logp_teacher
+
+
+def _on_opd_tokens(loss_fn, inputs: LossInputs, *args) -> tuple[Tensor, dict[str, float]]:
+    """Apply ``loss_fn`` on ``inputs.opd_mask`` and rescale to a token-mean over all of
+    ``inputs.mask`` (tokens without OPD stay in the denominator)."""
+    mask = inputs.mask.bool()
+    opd = mask if inputs.opd_mask is None else inputs.opd_mask.bool() & mask
+    n_opd, n_all = opd.sum(), mask.sum().clamp(min=1)
+    if n_opd == 0:
+        return inputs.logp.sum() * 0.0, {"opd/token_frac": 0.0}
+    loss, m = loss_fn(inputs.logp, inputs.logp_teacher, opd, *args)
+    metrics = {f"opd/{k}": v for k, v in m.items()}
+    metrics["opd/token_frac"] = (n_opd / n_all).item()
+    return loss * n_opd / n_all, metrics
+
+
+@register_opd_loss("seed")
+def gated_opd(inputs: LossInputs, cfg: AlgoConfig) -> tuple[Tensor, dict[str, float]]:
+    """SEED / SDAR gated loss, :func:`seed_opd_loss` with ``cfg.beta_opd``."""
+    _teacher(inputs, "seed")
+    return _on_opd_tokens(seed_opd_loss, inputs, cfg.beta_opd)
+
+
+@register_opd_loss("opsd")
+def ungated_opd(inputs: LossInputs, cfg: AlgoConfig) -> tuple[Tensor, dict[str, float]]:
+    """OPSD / GRPO+OPSD / Skill-SD ungated loss, :func:`opsd_loss`."""
+    _teacher(inputs, "opsd")
+    return _on_opd_tokens(opsd_loss, inputs)
