@@ -139,6 +139,11 @@ def first_unrecovered_error(distances: Sequence[int | None], success: bool) -> i
     return None
 
 
+def error_turn(episode: Episode) -> int | None:
+    """The true first unrecovered decisive error of ``episode`` (zero-based turn), or None:
+    :func:`first_unrecovered_error` over its distance trace d_0 .. d_T."""
+    return first_unrecovered_error(episode.distances, episode.success)
+
 def parse_tagged(text: str, pattern: re.Pattern = ACTION_RE) -> str | None:
     """The content of the last ``<action>...</action>`` span, stripped; None if absent."""
     found = pattern.findall(text)
@@ -235,6 +240,34 @@ class TextEnv(abc.ABC):
         writer for the Positive skill; phrasing may vary, content must be correct)."""
 
 
+def play_turn(env: TextEnv, observation: str, response: str) -> tuple[Turn, StepResult]:
+    """Apply ``response`` in ``env`` (whose current observation is ``observation``) and
+    record the turn with the privileged facts before and after it."""
+    key, d_before = env.state_key(), env.distance_to_goal()
+    result = env.step(response)
+    info = dict(result.info)
+    turn = Turn(
+        observation=observation,
+        response=response,
+        action=info.get("action", ""),
+        valid=bool(info.get("valid", True)),
+        reward=result.reward,
+        next_observation=result.observation,
+        state_key=key,
+        distance_before=d_before,
+        distance_after=env.distance_to_goal(),
+        info=info,
+    )
+    return turn, result
+
+
+def finish_episode(task: Task, turns: list[Turn], first_observation: str, last: StepResult | None) -> Episode:
+    """An :class:`Episode` from its turns and the last step result (None: no turn played)."""
+    success = bool(last.success) if last is not None else False
+    score = float(last.info.get("score", float(success))) if last is not None else 0.0
+    return Episode(task=task, turns=turns, success=success, score=score, first_observation=first_observation)
+
+
 def run_episode(
     env: TextEnv,
     task: Task,
@@ -242,34 +275,14 @@ def run_episode(
     replay: Sequence[str] = (),
 ) -> Episode:
     """Play one episode: ``act(env, observation, turns_so_far) -> response_text``."""
-    observation = env.reset(task, replay=replay)
-    first = observation
+    observation = first = env.reset(task, replay=replay)
     turns: list[Turn] = []
-    success, score = False, 0.0
-    while True:
-        key, d_before = env.state_key(), env.distance_to_goal()
-        response = act(env, observation, turns)
-        result = env.step(response)
-        info = dict(result.info)
-        turns.append(
-            Turn(
-                observation=observation,
-                response=response,
-                action=info.get("action", ""),
-                valid=bool(info.get("valid", True)),
-                reward=result.reward,
-                next_observation=result.observation,
-                state_key=key,
-                distance_before=d_before,
-                distance_after=env.distance_to_goal(),
-                info=info,
-            )
-        )
+    result: StepResult | None = None
+    while result is None or not result.done:
+        turn, result = play_turn(env, observation, act(env, observation, turns))
+        turns.append(turn)
         observation = result.observation
-        success, score = result.success, float(info.get("score", float(result.success)))
-        if result.done:
-            break
-    return Episode(task=task, turns=turns, success=success, score=score, first_observation=first)
+    return finish_episode(task, turns, first, result)
 
 
 def expert_policy(epsilon: float = 0.0, seed: str = "expert") -> Callable[[TextEnv, str, list[Turn]], str]:

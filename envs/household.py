@@ -1,0 +1,263 @@
+"""The built-in ``household`` environment: ALFWorld-like rooms, tasks and texts.
+
+Procedurally generated rooms (kitchens, living rooms, bedrooms, bathrooms) hold numbered
+receptacles ("cabinet 3", some closed at the start) and numbered objects ("apple 1").  The
+six ALFWorld task families are covered (``envs.household_data.FAMILIES``) with ALFWorld's
+command grammar and observation texts; the agent carries one object at a time.  Reward 1 on
+completion; an unparseable or inadmissible response is an invalid step (reward
+``-invalid_penalty``, "Nothing happens.", state unchanged, episode continues).
+
+Splits: ``train`` (2400 tasks), ``eval_seen`` (140, train layouts and combinations),
+``eval_unseen`` (134, held-out layouts and held-out object/receptacle combinations); see
+``envs/household_world.py``.  ``info`` carries ``state_key``, ``distance`` (exact optimal
+remaining steps, ``envs/household_engine.py``), ``plan``, ``valid``, ``action``, ``score``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from envs.base import StepResult, Task, TextEnv, format_response, parse_tagged
+from envs.household_data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS
+from envs.household_engine import (
+    State,
+    admissible,
+    apply,
+    goal_reached,
+    optimal_plan,
+    room_overview,
+)
+from envs.household_world import World, build_world, panel
+
+INVALID_OBSERVATION = "Nothing happens."
+_PUT_RE = re.compile(r"(?:put|move) (.+?) (?:in/on|into|onto|in|on|to) (.+)")
+
+
+def parse_command(response_text: str) -> str | None:
+    """The command in a response, in canonical form, or None when there is none.
+
+    Takes the last ``<action>...</action>`` span, lower-cases it, collapses whitespace and
+    drops a trailing period; "put O in R", "put O on R" and "move O to R" all become
+    ALFWorld's "put O in/on R".
+    """
+    action = parse_tagged(response_text)
+    if action is None:
+        return None
+    text = action.lower().rstrip(".!").strip()
+    match = _PUT_RE.fullmatch(text)
+    return f"put {match[1]} in/on {match[2]}" if match else text or None
+
+
+class _Facts(NamedTuple):
+    key: str
+    ops: dict[str, tuple]
+    actions: list[str]
+    plan: tuple[str, ...]
+
+
+class HouseholdEnv(TextEnv):
+    """ALFWorld-like household tasks (module docstring).  One episode at a time."""
+
+    name = "household"
+    default_max_turns = 30
+    splits = ("train", "eval_seen", "eval_unseen")
+
+    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.1):
+        super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
+        self.world: World | None = None
+        self.state: State | None = None
+        self.done = False
+        self._facts_cache: dict[tuple, _Facts] = {}
+        self._current: _Facts | None = None  # facts of the current state, None when stale
+        self._rng = random.Random("household/expert")
+
+    # -- tasks -------------------------------------------------------------------------
+    def panel(self, split: str) -> list[Task]:
+        self.check_split(split)
+        return list(panel(split))
+
+    # -- episode -----------------------------------------------------------------------
+    def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
+        if task.env != self.name:
+            raise ValueError(f"task {task.id!r} belongs to env {task.env!r}, not {self.name!r}")
+        if self.task is None or self.task.id != task.id or self.task.spec != task.spec:
+            self.world = build_world(task)
+            self._facts_cache = {}
+        self.task, self.turn, self.done = task, 0, False
+        self.state, self._current = State(self.world), None
+        self._rng = random.Random(f"household/expert/{task.id}")
+        observation = room_overview(self.world)
+        for i, action in enumerate(replay):
+            if self.done:
+                raise ValueError(f"replay of {task.id!r} ends the episode at action {i - 1}; "
+                                 f"{len(replay) - i} actions left over")
+            observation = self.step(format_response(action)).observation
+        return observation
+
+    def step(self, response_text: str) -> StepResult:
+        if self.state is None or self.done:
+            raise RuntimeError("household: call reset(task) before step() (episode not running)")
+        self.turn += 1
+        action = self.parse_action(response_text)
+        op = self._facts().ops.get(action) if action else None
+        if op is None:
+            observation, success, reward = INVALID_OBSERVATION, False, -self.invalid_penalty
+        else:
+            observation = apply(self.world, self.state, op)
+            self._current = None
+            success = goal_reached(self.world, self.state)
+            reward = 1.0 if success else 0.0
+        self.done = success or self.turn >= self.max_turns
+        facts = self._facts()
+        info = {"state_key": facts.key, "distance": len(facts.plan), "plan": list(facts.plan),
+                "valid": op is not None, "action": action or "", "score": float(success)}
+        return StepResult(observation, reward, self.done, success, info)
+
+    def parse_action(self, response_text: str) -> str | None:
+        return parse_command(response_text)
+
+    def admissible_actions(self) -> list[str]:
+        return list(self._facts().actions)
+
+    def snapshot(self) -> tuple:
+        """The full world state (for search and tests); see :meth:`restore`."""
+        return self._require().snapshot()
+
+    def restore(self, snapshot: tuple) -> None:
+        """Put the running episode into a state from :meth:`snapshot`; keeps the turn count."""
+        self._require().restore(snapshot)
+        self._current = None
+        self.done = goal_reached(self.world, self.state) or self.turn >= self.max_turns
+
+    # -- privileged facts --------------------------------------------------------------
+    def state_key(self) -> str:
+        return self._facts().key
+
+    def distance_to_goal(self) -> int:
+        """Exact optimal number of remaining commands (``envs.household_engine``)."""
+        return len(self._facts().plan)
+
+    def optimal_plan(self) -> list[str]:
+        return list(self._facts().plan)
+
+    def expert_action(self, epsilon: float = 0.0, rng: random.Random | None = None) -> str:
+        """The next command of the optimal plan; with probability ``epsilon`` instead (half
+        and half) a uniformly random admissible command or a plausible-wrong one (a similar
+        or confusable receptacle, another object, the wrong station).  Without ``rng`` the
+        env's own generator is used, reseeded from the task id at every reset."""
+        rng = rng or self._rng
+        facts = self._facts()
+        if epsilon > 0 and rng.random() < epsilon:
+            wrong = self.plausible_wrong_actions() if rng.random() < 0.5 else []
+            return rng.choice(wrong or facts.actions)
+        return facts.plan[0] if facts.plan else "look"
+
+    def plausible_wrong_actions(self) -> list[str]:
+        """Admissible commands that look like the plan's next step but are not it."""
+        facts, w, s = self._facts(), self.world, self.state
+        if not facts.plan:
+            return []
+        op = facts.ops[facts.plan[0]]
+        kind, r = op[0], op[-1]
+        wrong = [f"go to {w.receptacles[x]}" for x in _similar(w, r)]
+        if kind == "take":
+            wrong += [f"take {w.objects[o]} from {w.receptacles[r]}" for o, at in enumerate(s.loc)
+                      if at == r and w.otypes[o] != w.otypes[op[1]]]
+        return [a for a in wrong if a in facts.ops and a != facts.plan[0]]
+
+    # -- prompt pieces -----------------------------------------------------------------
+    def system_prompt(self) -> str:
+        return (
+            "You are an agent in a household. Each turn you read what happened after your "
+            "last command, then issue the next command; finish the task in as few commands "
+            "as you can.\n\n"
+            "Respond with your reasoning inside <think>...</think> followed by exactly one "
+            "command inside <action>...</action>, for example: <think>Apples are often on "
+            "the countertop.</think><action>go to countertop 1</action>\n\n"
+            "Commands (R is a receptacle such as \"cabinet 3\", O an object such as "
+            "\"apple 1\"):\n"
+            "- go to R\n- open R\n- close R\n"
+            "- take O from R (you carry at most one object)\n- put O in/on R\n"
+            "- clean O with R (R is a sinkbasin)\n- heat O with R (R is a microwave)\n"
+            "- cool O with R (R is a fridge)\n- use R (R is a desklamp)\n"
+            "- examine R, examine O\n- look\n- inventory\n"
+            "Closed receptacles must be opened before you can see, take or put things inside. "
+            "A command that is not possible now does nothing (\"Nothing happens.\") and still "
+            "uses a turn."
+        )
+
+    def task_instruction(self, task: Task) -> str:
+        return f"Your task is to: {task.instruction}"
+
+    def domain_description(self) -> str:
+        return (
+            "An ALFWorld-style household. The agent moves between numbered receptacles "
+            "(countertops, cabinets, drawers, shelves, fridge, microwave, sinkbasin, desks, "
+            "sidetables, ...), opens closed ones to see inside, carries one object at a time, "
+            "can clean an object at a sinkbasin, heat it in a microwave, cool it in a fridge, "
+            "and switch on a desklamp. Tasks: put an object in a receptacle, possibly after "
+            "cleaning, heating or cooling it; put two objects of one kind in the same "
+            "receptacle; look at an object under the desklamp. The reward is 1 when the goal "
+            "holds; the turn budget is limited, so detours, repeated visits and invalid "
+            "commands cost."
+        )
+
+    def workflow(self, task: Task) -> list[str]:
+        """Reusable steps for the task's family; the places to search are the room's
+        receptacle types where the object usually lies (public knowledge, not its location)."""
+        spec = task.spec
+        family, obj, target = spec["family"], spec["object"], spec["target"]
+        if family not in FAMILIES:
+            raise ValueError(f"unknown household family {family!r}; valid: {', '.join(FAMILIES)}")
+        world = self.world if self.task is not None and self.task.id == task.id else build_world(task)
+        places = sorted(set(world.rtypes) & set(OBJECTS[obj][0]) - {target})
+        find = (f"Find a {obj}: visit the places where a {obj} usually is "
+                f"({', '.join(places)}), open closed ones, and move on when it is not there.")
+        put = f"Go to a {target}, open it if it is closed, and put the {obj} in/on it."
+        if family == "look_at_obj_in_light":
+            return [find, f"Take the {obj} (your hands must be empty).",
+                    "Go to the receptacle where the desklamp is (a desk, sidetable or dresser).",
+                    f"Use the desklamp while holding the {obj}."]
+        if family == "pick_two_obj_and_place":
+            return [find, f"Take it, go to a {target} (open it if closed) and put it there.",
+                    f"Find a second {obj} (it may be where the first one was) and take it.",
+                    f"Put the second {obj} in/on the same {target}."]
+        steps = [find, f"Take the {obj} (your hands must be empty)."]
+        if family in STATIONS:
+            station, verb, _ = STATIONS[family]
+            steps.append(f"Go to the {station} and {verb} the {obj} with it.")
+        return steps + [put]
+
+    # -- internals ---------------------------------------------------------------------
+    def _require(self) -> State:
+        if self.state is None:
+            raise RuntimeError("household: call reset(task) first")
+        return self.state
+
+    def _facts(self) -> _Facts:
+        """Key, admissible commands and optimal plan of the current state (cached per state)."""
+        if self._current is not None:
+            return self._current
+        snap = self._require().snapshot()
+        facts = self._facts_cache.get(snap)
+        if facts is None:
+            ops = admissible(self.world, self.state)
+            plan = tuple(optimal_plan(self.world, self.state))
+            facts = _Facts(self.state.key(self.task.id), ops, list(ops), plan)
+            self._facts_cache[snap] = facts
+        self._current = facts
+        return facts
+
+
+def _similar(w: World, r: int) -> list[int]:
+    """Receptacles an agent may take for ``r``: same type, other number, or a confusable type
+    (the microwave for the fridge, a drawer for a cabinet, ...)."""
+    kind = w.rtypes[r]
+    near = {kind, *CONFUSABLE.get(kind, ())}
+    return [x for x, t in enumerate(w.rtypes) if x != r and t in near]
+
+
+__all__ = ["INVALID_OBSERVATION", "HouseholdEnv", "parse_command"]
