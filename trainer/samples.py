@@ -1,0 +1,457 @@
+"""From trajectories to token sequences: prompts, context modes and skill splicing.
+
+DESIGN.md, "Trajectory to training samples" and "Skill splicing".  One builder serves
+rollouts and scoring, so the prompt a response was sampled from is, token for token, the
+context it is scored in.  Sequences are concatenations of token-id pieces (chat messages,
+then the sampled response ids unchanged); response text is never re-tokenised.
+
+Chat format (ChatML, as the tokenizers of :mod:`trainer.models`)::
+
+    <|im_start|>system\\n{env.system_prompt()}<|im_end|>\\n
+    <|im_start|>user\\n{task}{skill block}{history block}## Observation\\n{obs}<|im_end|>\\n
+    <|im_start|>assistant\\n{response token ids}
+
+Context modes (``EnvConfig.context``):
+
+* ``window`` (verl-agent / OPID): one sample per turn t.  The user message holds the task,
+  the last N (observation, action) pairs as text (raw observation; the parsed action, or
+  the raw response when it did not parse), and the current observation.
+* ``full``: the episode is one chat: user(task + obs_0), assistant(y_0), user(obs_1),
+  assistant(y_1), ...; one forward pass scores every turn.  Each past response appears as
+  its sampled ids followed by ``<|im_end|>\\n`` (or just ``\\n`` when the policy itself
+  sampled ``<|im_end|>``).
+
+Skill splicing H(h, s) (SEED Eq. Teacher, ETRO z+/z-): the skill goes into the user message
+that carries the task, under :data:`SKILL_HEADER`, in both modes.  When a prompt exceeds
+``max_prompt_tokens`` the oldest (observation, action) pairs are dropped first; the task,
+the skill and the current observation are never cut (:class:`PromptTooLong` if they alone
+do not fit).  In ``full`` mode turn t keeps pairs k_t..t-1 for the smallest fitting k_t;
+k_t never decreases with t, so turns sharing k_t share one sequence.  With a turn-0 prompt
+the two modes give the same tokens.
+
+Action mask: 1 on exactly the tokens the policy sampled (every response token, including
+``<|im_end|>`` when the policy sampled it, since it has a behaviour log-prob); 0 on system,
+task, skill, observations, template-appended end-of-turn tokens and padding.  ``turn_ids``
+is the turn index on those tokens and -1 elsewhere.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from transformers import PreTrainedTokenizerBase
+
+from envs.base import Episode, Hindsight, Task, Turn
+
+SKILL_HEADER = "\n\n## Hindsight skill\n"
+HISTORY_HEADER = "\n\n## Previous steps ({shown} most recent of {taken})\n"
+OBSERVATION_HEADER = "\n\n## Observation\n"
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+CONTEXT_MODES = ("window", "full")
+
+
+class PromptTooLong(ValueError):
+    """The parts of a prompt that are never cut (system, task, skill, current observation)
+    exceed ``max_prompt_tokens``."""
+
+
+class PromptSource(Protocol):
+    """What the builder needs from a :class:`envs.base.TextEnv`."""
+
+    def system_prompt(self) -> str: ...
+    def task_instruction(self, task: Task) -> str: ...
+    def format_observation(self, observation: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """An :class:`Episode` plus the sampled response token ids of each turn.
+
+    ``response_ids[t]`` are the ids the backend returned for ``episode.turns[t]`` (the
+    tokens that get scored).
+    """
+
+    episode: Episode
+    response_ids: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self):
+        ids = tuple(tuple(int(i) for i in r) for r in self.response_ids)
+        object.__setattr__(self, "response_ids", ids)
+        if len(ids) != len(self.episode.turns):
+            raise ValueError(f"{len(ids)} response id lists for {len(self.episode.turns)} turns")
+
+    @property
+    def task(self) -> Task:
+        return self.episode.task
+
+    @property
+    def turns(self) -> list[Turn]:
+        return self.episode.turns
+
+
+@dataclass(frozen=True)
+class TokenSequence:
+    """One model input: ``input_ids`` [L] with ``action_mask`` [L] (1 = scored sampled
+    token) and ``turn_ids`` [L] (turn index on scored tokens, -1 elsewhere); ``traj`` is the
+    row of the trajectory it belongs to."""
+
+    input_ids: tuple[int, ...]
+    action_mask: tuple[int, ...]
+    turn_ids: tuple[int, ...]
+    traj: int = 0
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def action_tokens(self) -> list[tuple[int, int]]:
+        """(turn, token id) of every scored token, in sequence order."""
+        return [(t, i) for i, m, t in zip(self.input_ids, self.action_mask, self.turn_ids) if m]
+
+
+def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """Token ids of ``text`` with special tokens parsed and none added (no BOS)."""
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def message_ids(tokenizer: PreTrainedTokenizerBase, role: str, content: str) -> list[int]:
+    """One ChatML message ``<|im_start|>role\\ncontent<|im_end|>\\n`` as ids."""
+    return encode(tokenizer, f"{IM_START}{role}\n{content}{IM_END}\n")
+
+
+def encode_chat(
+    tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict], add_generation_prompt: bool = True
+) -> list[int]:
+    """Messages ``[{"role", "content"}]`` -> ids, message by message.  Because the special
+    tokens delimit the messages, this equals encoding the chat template's text."""
+    ids = [i for m in messages for i in message_ids(tokenizer, m["role"], m["content"])]
+    return ids + (encode(tokenizer, f"{IM_START}assistant\n") if add_generation_prompt else [])
+
+
+def task_message(
+    task_text: str, observation: str, skill: str | None = None, history: str = ""
+) -> str:
+    """The user message that carries the task: task, H(., skill), history, observation."""
+    skill_block = f"{SKILL_HEADER}{skill.strip()}" if skill else ""
+    return f"{task_text}{skill_block}{history}{OBSERVATION_HEADER}{observation}"
+
+
+def history_block(turns: Sequence[Turn], taken: int) -> str:
+    """The window context's text for (observation, action) pairs ``turns``."""
+    if not turns:
+        return ""
+    lines = [
+        f"Observation: {t.observation}\nAction: {t.action or t.response.strip()}" for t in turns
+    ]
+    return HISTORY_HEADER.format(shown=len(turns), taken=taken) + "\n".join(lines)
+
+
+@dataclass
+class _FullChat:
+    """The pieces of one ``full``-mode chat: observations o_0..o_t, the ids of each past
+    (response, next observation) pair, and the task message per truncation start k."""
+
+    task: Task
+    skill: str | None
+    observations: list[str]
+    pairs: list[list[int]]
+    first_user: dict[int, list[int]] = field(default_factory=dict)
+
+
+class SampleBuilder:
+    """Prompts for rollouts and token sequences for scoring, in one context mode.
+
+    ``env`` supplies ``system_prompt``/``task_instruction``/``format_observation``.
+    ``history_window`` is N of the window mode; ``max_prompt_tokens`` bounds every prompt.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        env: PromptSource,
+        context: str = "window",
+        history_window: int = 2,
+        max_prompt_tokens: int = 2048,
+    ):
+        if context not in CONTEXT_MODES:
+            raise ValueError(f"unknown context {context!r}; valid: {', '.join(CONTEXT_MODES)}")
+        if history_window < 0 or max_prompt_tokens < 1:
+            raise ValueError(
+                "need history_window >= 0 and max_prompt_tokens >= 1, "
+                f"got {history_window}, {max_prompt_tokens}"
+            )
+        self.tokenizer, self.env, self.context = tokenizer, env, context
+        self.history_window, self.max_prompt_tokens = history_window, max_prompt_tokens
+        self._gen = encode(tokenizer, f"{IM_START}assistant\n")
+        self._end = encode(tokenizer, f"{IM_END}\n")
+        self._newline = encode(tokenizer, "\n")
+        self._im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self._system = message_ids(tokenizer, "system", env.system_prompt())
+
+    # -- rollouts ------------------------------------------------------------------------
+    def rollout_prompt(
+        self,
+        task: Task,
+        turns: Sequence[Turn],
+        response_ids: Sequence[Sequence[int]],
+        observation: str,
+        skill: str | None = None,
+    ) -> list[int]:
+        """Token ids of the prompt for the next turn, ending with ``<|im_start|>assistant\\n``.
+
+        ``turns``/``response_ids``: the turns played so far and their sampled ids;
+        ``observation``: the current observation; ``skill``: spliced in when given
+        (Skill-Prompt baseline, teacher contexts)."""
+        if len(turns) != len(response_ids):
+            raise ValueError(f"{len(response_ids)} response id lists for {len(turns)} turns")
+        if self.context == "window":
+            return self._window_prompt(task, turns, observation, skill)
+        chat = self._full_pieces(task, turns, response_ids, observation, skill)
+        return self._full_prefix(chat, self._full_start(chat, len(turns)), len(turns))
+
+    # -- scoring -------------------------------------------------------------------------
+    def build(
+        self, traj: Trajectory, skill: str | None = None, index: int = 0
+    ) -> list[TokenSequence]:
+        """Scoring sequences of one trajectory (``index`` = its batch row): one per turn in
+        ``window`` mode, one per truncation group (usually one) in ``full`` mode."""
+        if self.context == "window":
+            return [self._window_sample(traj, t, skill, index) for t in range(len(traj.turns))]
+        return self._full_samples(traj, skill, index)
+
+    def build_batch(
+        self, trajectories: Sequence[Trajectory], skills: Sequence[str | None] | None = None
+    ) -> list[TokenSequence]:
+        """All sequences of a batch; trajectory b gets ``traj = b``; ``skills[b]`` (None = no
+        skill, i.e. the student context) is spliced into every context of trajectory b."""
+        skills = [None] * len(trajectories) if skills is None else list(skills)
+        if len(skills) != len(trajectories):
+            raise ValueError(f"{len(skills)} skills for {len(trajectories)} trajectories")
+        return [
+            s for b, (tr, sk) in enumerate(zip(trajectories, skills)) for s in self.build(tr, sk, b)
+        ]
+
+    # -- window mode ---------------------------------------------------------------------
+    def _window_prompt(
+        self, task: Task, turns: Sequence[Turn], observation: str, skill: str | None
+    ) -> list[int]:
+        task_text = self.env.task_instruction(task)
+        current = self.env.format_observation(observation)
+        for shown in range(min(self.history_window, len(turns)), -1, -1):
+            history = history_block(turns[len(turns) - shown :], len(turns))
+            user = message_ids(
+                self.tokenizer, "user", task_message(task_text, current, skill, history)
+            )
+            prompt = self._system + user + self._gen
+            if len(prompt) <= self.max_prompt_tokens:
+                return prompt
+        raise self._too_long(len(prompt))
+
+    def _window_sample(
+        self, traj: Trajectory, t: int, skill: str | None, index: int
+    ) -> TokenSequence:
+        prompt = self._window_prompt(traj.task, traj.turns[:t], traj.turns[t].observation, skill)
+        response = list(traj.response_ids[t])
+        return TokenSequence(
+            tuple(prompt + response),
+            (0,) * len(prompt) + (1,) * len(response),
+            (-1,) * len(prompt) + (t,) * len(response),
+            index,
+        )
+
+    # -- full mode -----------------------------------------------------------------------
+    def _full_pieces(
+        self,
+        task: Task,
+        turns: Sequence[Turn],
+        response_ids: Sequence[Sequence[int]],
+        observation: str,
+        skill: str | None,
+    ) -> _FullChat:
+        """Observations o_0..o_t (o_t = ``observation``) and the ids of each past pair i:
+        y_i + end-of-turn + user(o_{i+1}) + generation prompt."""
+        observations = [t.observation for t in turns] + [observation]
+        pairs = [
+            list(r)
+            + self._end_of(r)
+            + message_ids(self.tokenizer, "user", self.env.format_observation(o))
+            + self._gen
+            for r, o in zip(response_ids, observations[1:])
+        ]
+        return _FullChat(task, skill, observations, pairs)
+
+    def _end_of(self, response: Sequence[int]) -> list[int]:
+        return self._newline if response and response[-1] == self._im_end_id else self._end
+
+    def _first_user(self, chat: _FullChat, k: int) -> list[int]:
+        """The task message when pairs before k are dropped: task, skill, o_k (memoised)."""
+        if k not in chat.first_user:
+            obs = self.env.format_observation(chat.observations[k])
+            text = task_message(self.env.task_instruction(chat.task), obs, chat.skill)
+            chat.first_user[k] = message_ids(self.tokenizer, "user", text)
+        return chat.first_user[k]
+
+    def _full_prefix(self, chat: _FullChat, start: int, t: int) -> list[int]:
+        """Prompt of turn t keeping pairs start..t-1."""
+        body = [i for pair in chat.pairs[start:t] for i in pair]
+        return self._system + self._first_user(chat, start) + self._gen + body
+
+    def _full_start(self, chat: _FullChat, t: int) -> int:
+        """k_t: the fewest oldest pairs to drop so that turn t's prompt fits."""
+        tail = sum(len(p) for p in chat.pairs[:t])
+        for k in range(t + 1):
+            length = len(self._system) + len(self._first_user(chat, k)) + len(self._gen) + tail
+            if length <= self.max_prompt_tokens:
+                return k
+            tail -= len(chat.pairs[k]) if k < t else 0
+        raise self._too_long(length)
+
+    def _full_samples(self, traj: Trajectory, skill: str | None, index: int) -> list[TokenSequence]:
+        n = len(traj.turns)
+        if n == 0:
+            return []
+        chat = self._full_pieces(
+            traj.task, traj.turns[:-1], traj.response_ids[:-1], traj.turns[-1].observation, skill
+        )
+        starts = [self._full_start(chat, t) for t in range(n)]
+        groups = [t for t in range(n) if t == 0 or starts[t] != starts[t - 1]] + [n]
+        return [
+            self._full_sequence(traj, chat, starts[a], a, b, index)
+            for a, b in itertools.pairwise(groups)
+        ]
+
+    def _full_sequence(
+        self, traj: Trajectory, chat: _FullChat, start: int, first: int, last: int, index: int
+    ) -> TokenSequence:
+        """Turns first..last-1 scored in one chat that keeps pairs from ``start`` on."""
+        ids = self._full_prefix(chat, start, first)
+        mask, turn = [0] * len(ids), [-1] * len(ids)
+        for t in range(first, last):
+            response = list(traj.response_ids[t])
+            ids, mask, turn = ids + response, mask + [1] * len(response), turn + [t] * len(response)
+            if t + 1 < last:
+                rest = chat.pairs[t][len(response) :]
+                ids, mask, turn = ids + rest, mask + [0] * len(rest), turn + [-1] * len(rest)
+        return TokenSequence(tuple(ids), tuple(mask), tuple(turn), index)
+
+    def _too_long(self, length: int) -> PromptTooLong:
+        return PromptTooLong(
+            f"prompt of {length} tokens exceeds max_prompt_tokens={self.max_prompt_tokens} even with no "
+            "history; the task, skill and current observation are never cut: raise model.max_prompt_tokens"
+        )
+
+
+def assert_same_actions(student: Sequence[TokenSequence], teacher: Sequence[TokenSequence]) -> None:
+    """Teacher and student sequences must score the same sampled tokens (DESIGN.md: a teacher
+    differs from its student only in the context).  Compares, per trajectory, the (turn,
+    token) lists in turn order; raises ``AssertionError`` naming the first difference."""
+
+    def per_traj(seqs):
+        out: dict[int, list[tuple[int, int]]] = {}
+        for s in seqs:
+            out.setdefault(s.traj, []).extend(s.action_tokens())
+        # sorted() is stable: tokens of one turn keep their order
+        return {b: sorted(tokens, key=lambda x: x[0]) for b, tokens in out.items()}
+
+    a, b = per_traj(student), per_traj(teacher)
+    if a.keys() != b.keys():
+        raise AssertionError(f"teacher/student trajectories differ: {sorted(a)} vs {sorted(b)}")
+    for traj in a:
+        if a[traj] != b[traj]:
+            pos = next(
+                (i for i, (x, y) in enumerate(zip(a[traj], b[traj])) if x != y),
+                min(len(a[traj]), len(b[traj])),
+            )
+            raise AssertionError(
+                f"trajectory {traj}: teacher and student action tokens differ at action token {pos} "
+                f"({len(a[traj])} vs {len(b[traj])} tokens); the skill must change the context only"
+            )
+
+
+# -- analyzer / writer prompt ----------------------------------------------------------
+ANALYZER_SYSTEM = (
+    "You analyze a finished episode of an agent in a text environment and write hindsight "
+    "skills: short, reusable, executable guidance for solving similar tasks."
+)
+ANALYZER_FORMAT = (
+    "Answer in exactly this format:\n"
+    "<positive>a reusable workflow for tasks like this one (2-4 short steps)</positive>\n"
+    "<error_turn>the number of the first step whose mistake was decisive for the failure and "
+    "was never corrected, or none</error_turn>\n"
+    "<negative>for that step: the mistake, its consequence and what to do instead; none if "
+    "there is no such step</negative>"
+)
+_TAG = {
+    name: re.compile(rf"<{name}>(.*?)</{name}>", re.DOTALL | re.IGNORECASE)
+    for name in ("positive", "negative", "error_turn")
+}
+
+
+def serialize_episode(episode: Episode, max_observation_chars: int = 600) -> str:
+    """The trajectory as numbered steps (what the analyzer reads).  Observations longer than
+    ``max_observation_chars`` are shortened in the middle."""
+
+    def clip(text: str) -> str:
+        if len(text) <= max_observation_chars:
+            return text
+        half = max_observation_chars // 2
+        return f"{text[:half]} [...] {text[-half:]}"
+
+    lines = [
+        f"Task: {episode.task.instruction}",
+        f"Initial observation: {clip(episode.first_observation)}",
+    ]
+    for t, turn in enumerate(episode.turns):
+        action = turn.action if turn.valid and turn.action else f"(invalid) {turn.response.strip()}"
+        lines.append(f"Step {t}: {action}\nResult: {clip(turn.next_observation)}")
+    outcome = "success" if episode.success else "failure"
+    lines.append(f"Outcome: {outcome} (score {episode.score:.2f}) after {len(episode.turns)} steps")
+    return "\n".join(lines)
+
+
+def analyzer_prompt(
+    env_description: str, episode: Episode, max_observation_chars: int = 600
+) -> list[dict]:
+    """Chat messages asking for a tagged hindsight skill (:data:`ANALYZER_FORMAT`) for
+    ``episode``; used by the self writer and as Stage-1 SFT inputs (targets:
+    :func:`analyzer_target`).  Encode with :func:`encode_chat`."""
+    user = (
+        f"{env_description}\n\n## Episode\n{serialize_episode(episode, max_observation_chars)}\n\n"
+        f"## Instructions\nWrite a positive skill for this kind of task. If the episode failed, "
+        f"also find the first decisive, uncorrected mistake (steps are numbered from 0) and write "
+        f"a negative skill about it.\n{ANALYZER_FORMAT}"
+    )
+    return [{"role": "system", "content": ANALYZER_SYSTEM}, {"role": "user", "content": user}]
+
+
+def analyzer_target(hindsight: Hindsight) -> str:
+    """A :class:`Hindsight` rendered in :data:`ANALYZER_FORMAT` (Stage-1 SFT target)."""
+    turn = "none" if hindsight.error_turn is None else str(hindsight.error_turn)
+    negative = hindsight.negative_skill.strip() or "none"
+    return (
+        f"<positive>{hindsight.positive_skill.strip()}</positive>\n<error_turn>{turn}</error_turn>\n"
+        f"<negative>{negative}</negative>"
+    )
+
+
+def parse_analyzer_output(text: str, num_turns: int) -> Hindsight:
+    """Parse :data:`ANALYZER_FORMAT`.  Invalid (``valid=False``, ``raw`` kept) when the
+    positive skill is missing or empty, the error turn is not ``none`` or an integer in
+    [0, num_turns) (a missing tag counts as none), or an error turn comes without a
+    negative skill."""
+    found = {k: (p.findall(text) or [None])[-1] for k, p in _TAG.items()}
+    positive = (found["positive"] or "").strip()
+    turn_text = (found["error_turn"] or "none").strip().lower()
+    negative = (found["negative"] or "").strip()
+    negative = "" if negative.lower() == "none" else negative
+    invalid = Hindsight(positive_skill="", valid=False, raw=text)
+    if not positive:
+        return invalid
+    if turn_text == "none":
+        return Hindsight(positive, negative, None, True, text)
+    if not turn_text.isdigit() or int(turn_text) >= num_turns or not negative:
+        return invalid
+    return Hindsight(positive, negative, int(turn_text), True, text)

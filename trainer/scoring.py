@@ -1,0 +1,205 @@
+"""Batched log-probabilities of sampled action tokens.
+
+:func:`sequence_logprobs` scores token sequences built by :mod:`trainer.samples`:
+``logp[n, j] = log pi(x_{n,j} | x_{n,<j})`` (the shifted next-token log-prob) and the
+entropy ``H[n, j] = -sum_v pi(v | x_{n,<j}) log pi(v | x_{n,<j})`` of the same predictive
+distribution, at the scored positions (``action_mask == 1``) only.  The LM head and the
+float32 ``log_softmax`` run only on those positions, so observation-heavy ``full``
+sequences do not pay for a vocabulary projection at every token.
+
+:func:`collate_actions` turns per-sequence results into per-trajectory tensors [B, T]
+(T = all scored tokens of a trajectory concatenated in turn order), the same layout for
+``window`` and ``full`` contexts; this is what ``trainer/algos`` consumes (SEED Eq. 1's
+l^skill / l^theta, ETRO's Delta^p, GRPO's ratio).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from trainer.samples import SampleBuilder, TokenSequence, Trajectory
+
+
+@dataclass
+class ActionBatch:
+    """Per-trajectory scored tokens, right-padded to T = the longest trajectory.
+
+    token_ids [B, T] long (0 on padding); logp [B, T] float32; entropy [B, T] float32 or
+    None; mask [B, T] float32 (1 = valid action token); turn_ids [B, T] long (-1 on padding).
+    """
+
+    token_ids: torch.Tensor
+    logp: torch.Tensor
+    entropy: torch.Tensor | None
+    mask: torch.Tensor
+    turn_ids: torch.Tensor
+
+
+def _right_pad(
+    batch: Sequence[TokenSequence], device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> input_ids [n, L], attention_mask [n, L], action_mask [n, L] (zeros on padding)."""
+    width = max(len(s) for s in batch)
+    ids = torch.zeros((len(batch), width), dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    act = torch.zeros_like(ids)
+    for row, seq in enumerate(batch):
+        n = len(seq)
+        ids[row, :n] = torch.tensor(seq.input_ids)
+        attn[row, :n] = 1
+        act[row, :n] = torch.tensor(seq.action_mask)
+    if act[:, 0].any():
+        raise ValueError("a sequence scores its first token, which has no prefix to condition on")
+    return ids.to(device), attn.to(device), act.to(device)
+
+
+def _score_micro_batch(
+    model: PreTrainedModel, batch: Sequence[TokenSequence], with_entropy: bool, head_chunk: int
+):
+    """logp, entropy [n, L] for one right-padded micro-batch (zeros off the action mask)."""
+    ids, attn, act = _right_pad(batch, model.device)  # [n, L] each
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state  # [n, L, H]
+    where = act[:, 1:].bool()  # [n, L-1]: hidden state j predicts token j+1
+    states, targets = hidden[:, :-1][where], ids[:, 1:][where]  # [K, H], [K]
+    parts = [
+        _head_logprobs(model, states[i : i + head_chunk], targets[i : i + head_chunk], with_entropy)
+        for i in range(0, max(len(targets), 1), head_chunk)
+    ]  # one (empty) chunk if K = 0
+    token_logp = torch.cat([p[0] for p in parts])  # [K]
+    entropy = _scatter(where, torch.cat([p[1] for p in parts])) if with_entropy else None  # [n, L]
+    return _scatter(where, token_logp), entropy
+
+
+def _head_logprobs(
+    model: PreTrainedModel, states: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+):
+    """LM head + float32 log_softmax on scored positions: states [k, H], targets [k] ->
+    (log pi(target) [k], entropy [k] or None)."""
+    logprobs = torch.log_softmax(model.get_output_embeddings()(states).float(), dim=-1)  # [k, V]
+    token_logp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [k]
+    return token_logp, (-(logprobs.exp() * logprobs).sum(-1) if with_entropy else None)
+
+
+def _scatter(where: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Place ``values`` [K] at the True entries of ``where`` [n, L-1]; return [n, L] with a
+    leading zero column (token 0 is never scored).  Differentiable in ``values``."""
+    dense = torch.zeros(where.shape, dtype=values.dtype, device=values.device).masked_scatter(
+        where, values
+    )
+    return torch.nn.functional.pad(dense, (1, 0))
+
+
+def sequence_logprobs(
+    model: PreTrainedModel,
+    batch: Sequence[TokenSequence],
+    micro_batch: int = 8,
+    *,
+    grad: bool = False,
+    with_entropy: bool = True,
+    head_chunk: int = 4096,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs and entropies of the scored tokens of ``batch``.
+
+    Returns ``(logp [N, L], entropy [N, L] or None)`` in float32, L = the longest sequence,
+    zeros off each sequence's ``action_mask``.  Sequences are grouped by length into
+    micro-batches of ``micro_batch`` rows (right padding, attention masks) and returned in
+    input order.  ``grad=False`` runs under ``torch.no_grad``.  The vocabulary projection
+    runs on at most ``head_chunk`` positions at a time, bounding the [k, V] float32 buffer.
+    Assumes logits = output_embeddings(last_hidden_state), true for Qwen2/Llama/SmolLM2.
+    """
+    if not batch:
+        raise ValueError("sequence_logprobs needs at least one sequence")
+    if micro_batch < 1 or head_chunk < 1:
+        raise ValueError(
+            f"micro_batch and head_chunk must be >= 1, got {micro_batch}, {head_chunk}"
+        )
+    width = max(len(s) for s in batch)
+    order = sorted(range(len(batch)), key=lambda i: -len(batch[i]))
+    logps, ents = [None] * len(batch), [None] * len(batch)
+    with contextlib.nullcontext() if grad else torch.no_grad():
+        for start in range(0, len(order), micro_batch):
+            rows = order[start : start + micro_batch]
+            logp, ent = _score_micro_batch(
+                model, [batch[i] for i in rows], with_entropy, head_chunk
+            )
+            for k, i in enumerate(rows):
+                logps[i] = _pad_to(logp[k], width)
+                ents[i] = _pad_to(ent[k], width) if with_entropy else None
+    return torch.stack(logps), (torch.stack(ents) if with_entropy else None)  # [N, L]
+
+
+def _pad_to(row: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.nn.functional.pad(row, (0, width - row.shape[0]))
+
+
+def collate_actions(
+    batch: Sequence[TokenSequence],
+    logp: torch.Tensor,
+    entropy: torch.Tensor | None,
+    num_traj: int,
+) -> ActionBatch:
+    """Gather the scored tokens of each trajectory (``seq.traj``) in turn order.
+
+    ``logp``/``entropy`` [N, L] come from :func:`sequence_logprobs` on ``batch``.  Every
+    trajectory row b < ``num_traj`` is filled with its tokens sorted by turn (each turn
+    lives in exactly one sequence), then right-padded.  Gradients flow through ``logp``.
+    """
+    seq_idx, pos_idx, turns, token_ids = _action_index(batch, num_traj)  # [B, T] each
+    device = logp.device
+    mask = (turns >= 0).float().to(device)  # [B, T]
+    seq_idx, pos_idx = seq_idx.to(device), pos_idx.to(device)
+
+    def gather(values: torch.Tensor) -> torch.Tensor:  # [N, L] -> [B, T]
+        return values[seq_idx, pos_idx] * mask
+
+    entropy_bt = None if entropy is None else gather(entropy)
+    return ActionBatch(token_ids.to(device), gather(logp), entropy_bt, mask, turns.to(device))
+
+
+def _action_index(batch: Sequence[TokenSequence], num_traj: int):
+    """Where each trajectory's scored tokens live: (sequence, position, turn, token id),
+    each [B, T], in turn order; padding has turn -1 and points at (0, 0)."""
+    rows: list[list[tuple[int, int, int]]] = [[] for _ in range(num_traj)]  # (turn, seq, pos)
+    for n, seq in enumerate(batch):
+        if not 0 <= seq.traj < num_traj:
+            raise ValueError(f"sequence {n} has traj={seq.traj}, outside [0, {num_traj})")
+        marks = zip(seq.action_mask, seq.turn_ids)
+        rows[seq.traj] += [(t, n, j) for j, (m, t) in enumerate(marks) if m]
+    rows = [sorted(r, key=lambda x: x[0]) for r in rows]  # stable: positions stay in order
+    width = max((len(r) for r in rows), default=0)
+    index = torch.zeros((4, num_traj, width), dtype=torch.long)  # seq, pos, turn, token
+    index[2] = -1
+    for b, r in enumerate(rows):
+        if r:
+            cols = [[n for _, n, _ in r], [j for _, _, j in r], [t for t, _, _ in r]]
+            cols.append([batch[n].input_ids[j] for _, n, j in r])
+            index[:, b, : len(r)] = torch.tensor(cols)
+    return index[0], index[1], index[2], index[3]
+
+
+def score_trajectories(
+    model: PreTrainedModel,
+    builder: SampleBuilder,
+    trajectories: Sequence[Trajectory],
+    skills: Sequence[str | None] | None = None,
+    micro_batch: int = 8,
+    *,
+    grad: bool = False,
+    with_entropy: bool = True,
+) -> tuple[ActionBatch, list[TokenSequence]]:
+    """Build (with ``skills`` spliced in, None = student context), score and collate.
+
+    Returns the [B, T] :class:`ActionBatch` and the sequences (for
+    :func:`trainer.samples.assert_same_actions` between teacher and student)."""
+    sequences = builder.build_batch(trajectories, skills)
+    if not sequences:
+        raise ValueError("no turns to score: every trajectory is empty")
+    logp, entropy = sequence_logprobs(
+        model, sequences, micro_batch, grad=grad, with_entropy=with_entropy
+    )
+    return collate_actions(sequences, logp, entropy, len(trajectories)), sequences
