@@ -1,0 +1,75 @@
+"""Figures: each writes a real PNG and PDF (signature and size), or returns a Skipped."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from reports_fakes import fake_cost, fake_histories, fake_runs
+
+from analysis import diagnostics
+from analysis.diagnostics import Skipped
+from reports import figures
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _assert_written(paths, stem):
+    assert [p.name for p in paths] == [f"{stem.name}.png", f"{stem.name}.pdf"]
+    png, pdf = (p.read_bytes() for p in paths)
+    assert png.startswith(PNG_SIGNATURE) and len(png) > 5_000
+    assert pdf.startswith(b"%PDF") and len(pdf) > 1_000
+
+
+def test_training_curves(tmp_path):
+    runs = fake_runs({"grpo": 0.5, "etro": 0.8}, envs=("shop", "household"))
+    hist = fake_histories(runs).merge(runs[["run_id", "method", "env"]], on="run_id")
+    stem = tmp_path / "curves"
+    _assert_written(figures.training_curves(hist, stem), stem)
+
+
+def test_curve_bands_mean_and_band():
+    hist = pd.DataFrame({"run_id": ["a", "b", "c"], "method": "m", "key": "k", "step": 0,
+                         "value": [0.0, 1.0, 2.0]})
+    band = figures.curve_bands(hist, n_boot=500).iloc[0]
+    assert band["n"] == 3 and band["mean"] == pytest.approx(1.0)
+    assert 0.0 <= band["low"] < 1.0 < band["high"] <= 2.0
+
+
+def test_gate_figures(tmp_path):
+    sens = pd.DataFrame({"method": "seed", "env": "shop", "algo.beta_opd": [1.0, 5.0, 20.0],
+                         "n": 3, "mean": [0.6, 0.7, 0.65], "std": 0.02,
+                         "ci_low": [0.58, 0.68, np.nan], "ci_high": [0.62, 0.72, np.nan]})
+    _assert_written(figures.gate_sensitivity(sens, tmp_path / "sens"), tmp_path / "sens")
+    gates = diagnostics.gate_table(np.linspace(-1, 1, 21), (1.0, 5.0))
+    _assert_written(figures.gate_curves(gates, tmp_path / "gates"), tmp_path / "gates")
+
+
+def test_regional_alignment(tmp_path):
+    rows = [(r, p, 40, 10, rho, rho - 0.1, rho + 0.1)
+            for r, rho in zip(("prefix", "error", "suffix"), (0.3, 0.5, -0.1))
+            for p in ("delta_pos", "delta_neg")]
+    frame = pd.DataFrame(rows, columns=["region", "polarity", "n_turns", "n_traj", "rho",
+                                        "ci_low", "ci_high"])
+    stem = tmp_path / "align"
+    _assert_written(figures.regional_alignment(frame, stem), stem)
+
+
+def test_compute_cost(tmp_path):
+    runs = fake_cost(fake_runs({"grpo": 0.5, "etro": 0.8}, envs=("shop",), seeds=(0, 1)))
+    cost = diagnostics.compute_cost(runs)
+    stem = tmp_path / "cost"
+    _assert_written(figures.compute_cost(cost, stem), stem)
+
+
+def test_missing_inputs_are_skipped(tmp_path):
+    given = Skipped("regional_alignment", "no kept turns")
+    assert figures.regional_alignment(given, tmp_path / "a") is given
+    assert "not given" in figures.training_curves(None, tmp_path / "b").reason
+    bad = figures.compute_cost(pd.DataFrame({"env": ["shop"]}), tmp_path / "c")
+    assert isinstance(bad, Skipped) and "method" in bad.reason
+    hist = pd.DataFrame({"run_id": ["a"], "method": ["m"], "key": ["x"], "step": [0],
+                         "value": [1.0]})
+    none = figures.training_curves(hist, tmp_path / "d")
+    assert isinstance(none, Skipped) and "train/success" in none.reason
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,64 @@
+"""build_report: tables + figures on disk, index.md linking existing files only."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+from reports_fakes import fake_runs
+
+from analysis import diagnostics
+from reports.index import ReportInputs, build_report
+from reports.layouts import LAYOUTS, summarize_layout
+
+
+def _inputs(tmp_path, runs):
+    csv = tmp_path / "reported.csv"
+    pd.DataFrame([{"method": "icsd", "backbone": "tiny", "shop.success": 75.8,
+                   "source": "ETRO Table 1"}]).to_csv(csv, index=False)
+    summaries = {name: summarize_layout(runs, layout, n_boot=100)
+                 for name, layout in LAYOUTS.items()}
+    gates = diagnostics.gate_table(np.linspace(-1, 1, 11), (1.0, 5.0))
+    return ReportInputs(runs, summaries, diagnostics={"gate_curves": gates}, external_csv=csv)
+
+
+def test_build_report_writes_and_links_existing_files(tmp_path):
+    runs = fake_runs({"grpo": 0.5, "etro_global_positive": 0.7, "etro": 0.8}, envs=("shop",))
+    out = tmp_path / "report"
+    index = build_report(_inputs(tmp_path, runs), out, "demo", "abc123")
+    assert index == out / "index.md"
+    text = index.read_text()
+    links = re.findall(r"\]\(([^)]+)\)", text)
+    assert links and all((out / link).is_file() for link in links)
+    for name in ("etro_table1", "etro_branches", "etro_suffix"):
+        assert f"tables/{name}.tex" in links and f"tables/{name}.json" in links
+    assert "figures/gate_curves.pdf" in links
+    assert not (out / "tables" / "seed_ablation.md").exists()
+    assert "- seed_ablation: no runs of methods" in text
+    assert "- training_curves: its input frame was not given" in text
+    assert "- runs: 9" in text and "seeds per cell: 3–3" in text
+    assert "hindsight report --study demo" in text and "`abc123`" in text
+    record = json.loads((out / "tables" / "etro_branches.json").read_text())
+    assert len(record["run_ids"]) == 9 and record["study"] == "demo"
+    table1 = (out / "tables" / "etro_table1.md").read_text()
+    assert "| ICSD§ | -- | 75.8 |" in table1  # the reported row lands in the main table only
+    assert "ICSD" not in (out / "tables" / "etro_branches.md").read_text()
+
+
+def test_from_frames_joins_methods_and_computes_diagnostics():
+    runs = fake_runs({"grpo": 0.5, "seed": 0.7}, envs=("shop",), seeds=(0, 1),
+                     params={"seed": {"time/rollout_s/sum": 3.0}})
+    hist = pd.DataFrame({"run_id": runs["run_id"], "key": "train/success", "step": 0,
+                         "value": 0.5})
+    inputs = ReportInputs.from_frames(runs, histories=hist, n_boot=50)
+    assert set(inputs.histories["method"]) == {"grpo", "seed"}
+    assert set(inputs.histories["env"]) == {"shop"}
+    frames = inputs.figure_frames()
+    assert set(frames) == {"training_curves", "gate_sensitivity", "gate_curves",
+                           "regional_alignment", "compute_cost"}
+    assert "no per-turn records" in frames["regional_alignment"].reason
+    assert "takes 1 value" in frames["gate_sensitivity"].reason
+    assert sorted(frames["gate_curves"]["beta"].unique()) == [5.0]
+    assert set(inputs.summaries) == set(LAYOUTS)
