@@ -1,0 +1,424 @@
+"""Diagnostics of hindsight distillation, computed on the loader's frames (no plotting).
+
+Inputs are the run frame of :func:`analysis.loader.load_runs` and the per-turn records of
+:func:`analysis.loader.load_records` (contract columns: step, split, task_id, group, traj,
+turn, state_key, action, reward, return, success, error_turn_writer, error_turn_true,
+delta_pos, delta_neg, gate_mean, region; plus run_id). Every diagnostic returns a tidy
+``DataFrame``, or a :class:`Skipped` saying why it could not be computed from what was
+given, so that a report can state why a figure is missing instead of failing.
+
+Papers: SEED review (gate g = sigmoid(beta_opd * Delta), Eq. 1; value alignment Eq. 8;
+staleness bound Eq. 14) and ETRO (regional alignment Sec. 3.3 / Appendix C.1; writer audit
+Sec. 4.4 / Table 5).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+from scipy.special import expit
+
+from analysis.stats import bootstrap_ci, mean_std
+
+REGIONS = ("prefix", "error", "suffix")
+POLARITIES = ("delta_pos", "delta_neg")
+PHASES = ("rollout", "write", "score", "teacher", "reference", "update", "eval")
+_RUN_KEY = "run_id"
+_BOOT_CELLS = 2_000_000  # bootstrap rows x turns processed at once
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A diagnostic that could not be computed; ``reason`` says what the inputs lacked."""
+
+    diagnostic: str
+    reason: str
+
+
+def _need(frame: pd.DataFrame | None, columns: Sequence[str], name: str) -> Skipped | None:
+    """A Skipped naming the missing columns (or the empty frame), else None."""
+    if frame is None or frame.empty:
+        return Skipped(name, "no rows in the input frame")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        return Skipped(name, f"input lacks columns {missing}")
+    return None
+
+
+def _scope(records: pd.DataFrame) -> list[str]:
+    """Columns that identify one training batch: run, step and split when present."""
+    return [c for c in (_RUN_KEY, "step", "split") if c in records.columns]
+
+
+# ---------------------------------------------------------------- gate sensitivity
+
+
+def gate_table(deltas: Sequence[float] = (0.1, 0.3, 0.5, 0.8),
+               betas: Sequence[float] = (1.0, 5.0, 10.0, 20.0)) -> pd.DataFrame:
+    """The gate g = sigmoid(beta * Delta) (SEED Eq. 1) on a Delta x beta grid, long format.
+
+    Columns: delta, beta, gate. Defaults reproduce the SEED review's sensitivity table
+    (e.g. Delta = 0.3, beta = 5 gives 0.818).
+    """
+    grid = [(float(d), float(b)) for d in deltas for b in betas]
+    frame = pd.DataFrame(grid, columns=["delta", "beta"])
+    frame["gate"] = expit(frame["beta"] * frame["delta"])
+    return frame
+
+
+def gate_sensitivity(runs: pd.DataFrame, metric: str, *, param: str = "algo.beta_opd",
+                     by: Sequence[str] = ("method", "env"), n_boot: int = 2000,
+                     seed: int = 0) -> pd.DataFrame | Skipped:
+    """Final ``metric`` against ``param`` (beta_opd or lambda_opd), per ``by`` group.
+
+    One row per (by..., param value): n runs (seeds), mean, std, 95% percentile bootstrap
+    CI over seeds. Skipped when the param or metric is absent or the study never varies it.
+    """
+    name = f"gate_sensitivity[{param}]"
+    skip = _need(runs, [*by, param, metric], name)
+    if skip:
+        return skip
+    data = runs.dropna(subset=[param, metric])
+    if data[param].nunique() < 2:
+        return Skipped(name, f"{param} takes {data[param].nunique()} value(s); need 2 or more")
+    rows = []
+    for keys, group in data.groupby([*by, param], sort=True):
+        values = group[metric].to_numpy(float)
+        mean, std = mean_std(values)
+        low, high = bootstrap_ci(values, n_boot=n_boot, seed=seed)
+        rows.append((*keys, len(values), mean, std, low, high))
+    return pd.DataFrame(rows, columns=[*by, param, "n", "mean", "std", "ci_low", "ci_high"])
+
+
+# ---------------------------------------------------------------- GiGPO step advantages
+
+
+STEP_ADV_COLUMNS = ("task_id", "state_key", "action", "return")
+
+
+def step_advantages(records: pd.DataFrame) -> pd.DataFrame | Skipped:
+    """GiGPO step-level advantages (ETRO Appendix C.1), one row per kept turn.
+
+    Within one batch of one task (run_id, step, split, task_id), turns are grouped by anchor
+    state ``state_key``. For each (state o, action a) the pooled action value is
+    Q-hat(o, a) = mean of the discounted returns G_{i,t} (column ``return``, gamma 0.95) over
+    all its occurrences H(o, a); the step advantage is Q-hat(o, a) minus the mean return of
+    the whole anchor group. Anchor groups with one occurrence, or whose occurrences all took
+    the same action (exact string match), are discarded. Adds columns q_hat, anchor_mean,
+    anchor_size, step_adv to the kept records.
+    """
+    name = "step_advantages"
+    skip = _need(records, STEP_ADV_COLUMNS, name)
+    if skip:
+        return skip
+    anchor = [*_scope(records), "task_id", "state_key"]
+    grouped = records.groupby(anchor, sort=False, dropna=False)
+    out = records.assign(anchor_size=grouped["return"].transform("size"),
+                         anchor_mean=grouped["return"].transform("mean"),
+                         n_actions=grouped["action"].transform("nunique"))
+    out = out[(out["anchor_size"] > 1) & (out["n_actions"] > 1)].drop(columns="n_actions")
+    if out.empty:
+        return Skipped(name, "no anchor state repeats with two or more distinct actions")
+    q_hat = out.groupby([*anchor, "action"], sort=False, dropna=False)["return"]
+    out = out.assign(q_hat=q_hat.transform("mean"))
+    out["step_adv"] = out["q_hat"] - out["anchor_mean"]
+    return out.reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- regional alignment
+
+
+def regional_alignment(records: pd.DataFrame, *, n_boot: int = 1000, confidence: float = 0.95,
+                       seed: int = 0) -> pd.DataFrame | Skipped:
+    """Spearman correlation of turn-level OPD gaps with GiGPO step advantages, per region.
+
+    ETRO Sec. 3.3 / Fig. 1: step advantages are estimated from all turns (successful and
+    failed, see :func:`step_advantages`); the correlated subset is turns of failed
+    trajectories with a valid writer boundary k = error_turn_writer >= 0, split into prefix
+    (turn < k), error (turn == k) and suffix (turn > k). For each region and polarity
+    (delta_pos, delta_neg) one row: n_turns, n_traj, rho and a percentile bootstrap CI that
+    resamples **whole trajectories** (cluster bootstrap: turns of one trajectory are not
+    independent), ``n_boot`` resamples with ``seed``. rho is NaN when fewer than 3 turns or
+    a constant input.
+    """
+    name = "regional_alignment"
+    skip = _need(records, [*STEP_ADV_COLUMNS, "traj", "turn", "success", "error_turn_writer",
+                           *POLARITIES], name)
+    if skip:
+        return skip
+    adv = step_advantages(records)
+    if isinstance(adv, Skipped):
+        return Skipped(name, adv.reason)
+    failed = adv[~adv["success"].astype(bool) & (adv["error_turn_writer"] >= 0)]
+    if failed.empty:
+        return Skipped(name, "no kept turns of failed trajectories with a writer boundary")
+    offset = np.sign(failed["turn"] - failed["error_turn_writer"]).astype(int)
+    failed = failed.assign(region=offset.map({-1: "prefix", 0: "error", 1: "suffix"}))
+    cluster = [*_scope(failed), "traj"]
+    rows = []
+    for region in REGIONS:
+        part = failed[failed["region"] == region]
+        for polarity in POLARITIES:
+            sub = part.dropna(subset=[polarity, "step_adv"])
+            codes = sub.groupby(cluster, sort=True).ngroup().to_numpy()
+            x, y = sub[polarity].to_numpy(float), sub["step_adv"].to_numpy(float)
+            low, high = _cluster_spearman_ci(x, y, codes, n_boot, confidence, seed)
+            rows.append((region, polarity, len(sub), len(np.unique(codes)),
+                         _spearman(x, y), low, high))
+    return pd.DataFrame(rows, columns=["region", "polarity", "n_turns", "n_traj", "rho",
+                                       "ci_low", "ci_high"])
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman rho = Pearson correlation of average ranks; NaN if n < 3 or constant."""
+    if x.size < 3:
+        return math.nan
+    rx, ry = sps.rankdata(x), sps.rankdata(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _cluster_spearman_ci(x, y, codes, n_boot, confidence, seed) -> tuple[float, float]:
+    """Percentile CI of Spearman rho, resampling clusters (trajectories) with replacement.
+
+    ``x``, ``y``: [n_turns]; ``codes``: [n_turns] cluster index 0..C-1. A resample is
+    represented by multiplicities: W[b, i] = how often turn i's cluster was drawn in
+    resample b, so rho of the expanded resample is a weighted rank correlation computed for
+    all resamples at once. Undefined resamples are ignored; NaN with fewer than 2 clusters.
+    """
+    n_clusters = int(codes.max()) + 1 if codes.size else 0
+    if n_clusters < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, n_clusters, size=(n_boot, n_clusters))  # [B, C]
+    chunk = max(1, _BOOT_CELLS // max(codes.size, n_clusters))  # bound memory to ~[chunk, n]
+    rhos = np.concatenate([_resample_rhos(x, y, codes, pick[b:b + chunk])
+                           for b in range(0, n_boot, chunk)])
+    rhos = rhos[np.isfinite(rhos)]
+    if rhos.size == 0:
+        return math.nan, math.nan
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(rhos, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def _resample_rhos(x, y, codes, pick) -> np.ndarray:
+    """Spearman rho of each cluster resample; ``pick``: [b, C] drawn cluster indices."""
+    n_rows, n_clusters = pick.shape
+    flat = (pick + n_clusters * np.arange(n_rows)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=n_rows * n_clusters).reshape(n_rows, n_clusters)
+    return _weighted_spearman(x, y, counts[:, codes].astype(float))  # weights [b, n_turns]
+
+
+def _weighted_ranks(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Average ranks (1-based, ties averaged) of x inside each row's expanded sample.
+
+    ``x``: [n]; ``weights``: [B, n] non-negative integer multiplicities. Returns [B, n]:
+    the rank each value would get in the sample that repeats x[i] weights[b, i] times.
+    """
+    values, inverse = np.unique(x, return_inverse=True)  # [U], [n]
+    per_value = np.zeros((weights.shape[0], values.size))  # [B, U]
+    np.add.at(per_value.T, inverse, weights.T)
+    below = np.cumsum(per_value, axis=1) - per_value  # weight strictly below each value
+    return (below + (per_value + 1.0) / 2.0)[:, inverse]  # [B, n]
+
+
+def _weighted_spearman(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Spearman rho of each row's expanded sample; [B]; NaN when a side is constant."""
+    rx, ry = _weighted_ranks(x, weights), _weighted_ranks(y, weights)
+    total = weights.sum(axis=1, keepdims=True)  # [B, 1]
+    dx = rx - (weights * rx).sum(axis=1, keepdims=True) / total
+    dy = ry - (weights * ry).sum(axis=1, keepdims=True) / total
+    cov = (weights * dx * dy).sum(axis=1)
+    var = (weights * dx * dx).sum(axis=1) * (weights * dy * dy).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = cov / np.sqrt(var)
+    return np.where((var > 1e-12) & (total[:, 0] >= 3), rho, np.nan)
+
+
+# ---------------------------------------------------------------- value alignment
+
+
+def value_alignment(records: pd.DataFrame, *,
+                    by: Sequence[str] = (_RUN_KEY,)) -> pd.DataFrame | Skipped:
+    """Covariance of the gate with the return, measured from records (SEED review Eq. 8).
+
+    Eq. 8: E_r[Q] - E_pi[Q] = Cov_pi(Q, w) / Z with Z = E_pi[w]. Here w is the turn's
+    ``gate_mean`` and Q is estimated by the turn's discounted ``return``; over the scored
+    turns of each ``by`` group: n_turns, gate_mean (Z), cov (pooled over turns, ddof=0),
+    gain = cov / Z, spearman, and cov_within_state: the covariance after centring gate and
+    return within each anchor state (run, step, split, task_id, state_key), which compares
+    actions at the same context as Eq. 8 does (NaN when no state repeats).
+    """
+    name = "value_alignment"
+    skip = _need(records, [*by, "gate_mean", "return", "task_id", "state_key"], name)
+    if skip:
+        return skip
+    scored = records.dropna(subset=["gate_mean", "return"])
+    if scored.empty:
+        return Skipped(name, "no turn has a gate (gate_mean is NaN everywhere)")
+    anchor = [*_scope(scored), "task_id", "state_key"]
+    centred = scored[["gate_mean", "return"]] - scored.groupby(anchor)[
+        ["gate_mean", "return"]].transform("mean")
+    repeated = scored.groupby(anchor)["return"].transform("size") > 1
+    rows = []
+    for keys, group in scored.groupby(list(by), sort=True):
+        g, q = group["gate_mean"].to_numpy(float), group["return"].to_numpy(float)
+        cov = float(np.mean((g - g.mean()) * (q - q.mean())))
+        c = centred.loc[group.index[repeated.loc[group.index]]]
+        within = float(np.mean(c["gate_mean"] * c["return"])) if len(c) else math.nan
+        rows.append((*_as_tuple(keys), len(group), float(g.mean()), cov,
+                     cov / g.mean() if g.mean() > 0 else math.nan, _spearman(g, q), within))
+    return pd.DataFrame(rows, columns=[*by, "n_turns", "gate_mean", "cov", "gain",
+                                       "spearman", "cov_within_state"])
+
+
+def _as_tuple(keys) -> tuple:
+    return keys if isinstance(keys, tuple) else (keys,)
+
+
+# ---------------------------------------------------------------- staleness
+
+
+STALENESS_PAIR = ("method", "env", "backbone", "seed", "algo.beta_opd")
+
+
+def staleness(runs: pd.DataFrame, records: pd.DataFrame, *, delta: str = "delta_pos",
+              refresh: str = "writer.refresh_every") -> pd.DataFrame | Skipped:
+    """Gate discrepancy between refreshed and stale writers, with the Eq. 14 bound.
+
+    Runs are paired when they agree on method, env, backbone, seed and beta_opd and differ in
+    ``refresh``; the reference is the most often refreshed writer (smallest refresh_every
+    >= 1; 0 means never refreshed). Within a pair, turns are matched on (step, split,
+    task_id, state_key, action), and for matched turns g = sigmoid(beta * Delta) is computed
+    from the turn-mean ``delta`` of each run. Per (pair, stale refresh_every, step):
+    n_matched, gate_discrepancy = mean |g_ref - g_stale| and bound = beta/4 * mean
+    |Delta_ref - Delta_stale| (the Lipschitz step of SEED review Eq. 14, which holds exactly
+    for these g). Caveat: the two runs' policies differ too, so this measures staleness plus
+    policy divergence; Eq. 14 holds the policy fixed.
+    """
+    name = "staleness"
+    skip = _need(runs, [_RUN_KEY, refresh, *STALENESS_PAIR], name) or _need(
+        records, [_RUN_KEY, "step", "task_id", "state_key", "action", delta], name)
+    if skip:
+        return skip
+    levels = sorted(runs[refresh].dropna().unique())
+    fresh = [v for v in levels if v >= 1]
+    if len(levels) < 2 or not fresh:
+        return Skipped(name, f"{refresh} takes values {levels}; need a refreshed (>= 1) "
+                             "writer and a staler one")
+    turns = _turn_deltas(records, delta)
+    runs = runs[runs[_RUN_KEY].isin(turns[_RUN_KEY])]
+    rows = []
+    for keys, group in runs.groupby(list(STALENESS_PAIR), sort=True):
+        ref = group[group[refresh] == fresh[0]]
+        for _, stale in group[group[refresh] != fresh[0]].iterrows():
+            for _, ref_run in ref.iterrows():
+                pair = dict(zip(STALENESS_PAIR, keys))
+                rows.extend(_stale_rows(pair, stale[refresh], turns, delta,
+                                        (ref_run[_RUN_KEY], stale[_RUN_KEY])))
+    if not rows:
+        return Skipped(name, "no matched turns between refreshed and stale runs")
+    return pd.DataFrame(rows, columns=[*STALENESS_PAIR, "refresh_every", "step", "n_matched",
+                                       "gate_discrepancy", "bound"])
+
+
+def _turn_deltas(records: pd.DataFrame, delta: str) -> pd.DataFrame:
+    """Mean ``delta`` per (run, step, split, task_id, state_key, action) occurrence."""
+    keys = [*_scope(records), "task_id", "state_key", "action"]
+    return records.dropna(subset=[delta]).groupby(keys, as_index=False)[delta].mean()
+
+
+def _stale_rows(pair: dict, level, turns, delta: str, run_ids: tuple) -> list[tuple]:
+    """Per step: matched turns of (reference run, stale run), gate gap and Eq. 14 bound."""
+    match = [c for c in turns.columns if c not in (_RUN_KEY, delta)]
+    ref, stale = (turns[turns[_RUN_KEY] == rid].drop(columns=_RUN_KEY) for rid in run_ids)
+    both = ref.merge(stale, on=match, suffixes=("_ref", "_stale"))
+    beta = float(pair["algo.beta_opd"])
+    rows = []
+    for step, group in both.groupby("step", sort=True):
+        d_ref, d_stale = group[f"{delta}_ref"].to_numpy(), group[f"{delta}_stale"].to_numpy()
+        gap = np.abs(expit(beta * d_ref) - expit(beta * d_stale)).mean()
+        rows.append((*pair.values(), level, int(step), len(group), float(gap),
+                     beta / 4.0 * float(np.abs(d_ref - d_stale).mean())))
+    return rows
+
+
+# ---------------------------------------------------------------- writer reliability
+
+
+def writer_reliability(records: pd.DataFrame, *,
+                       by: Sequence[str] = (_RUN_KEY,)) -> pd.DataFrame | Skipped:
+    """Writer error boundaries against ground truth on failed trajectories (ETRO Table 5).
+
+    Per ``by`` group, over failed trajectories (one per (run, step, split, traj)):
+    boundary_acceptance = P(writer gives a boundary | truth has one); exact_turn =
+    P(writer turn == true turn | truth has one); false_boundary_rate = P(writer gives a
+    boundary | truth has none); mean_offset = mean(writer - true) where both exist. Skipped
+    when no trajectory has a ground-truth boundary (error_turn_true is -1 everywhere, e.g.
+    an environment without privileged error labels).
+    """
+    name = "writer_reliability"
+    skip = _need(records, [*by, "traj", "success", "error_turn_writer", "error_turn_true"], name)
+    if skip:
+        return skip
+    traj = records.drop_duplicates([*_scope(records), "traj"])
+    traj = traj[~traj["success"].astype(bool)]
+    if not (traj["error_turn_true"] >= 0).any():
+        return Skipped(name, "no failed trajectory has a ground-truth error turn")
+    rows = []
+    for keys, group in traj.groupby(list(by), sort=True):
+        w, t = group["error_turn_writer"].to_numpy(), group["error_turn_true"].to_numpy()
+        has, none = t >= 0, t < 0
+        both = has & (w >= 0)
+        rows.append((*_as_tuple(keys), len(group), int(has.sum()), int(none.sum()),
+                     _rate(w[has] >= 0), _rate(w[has] == t[has]), _rate(w[none] >= 0),
+                     float(np.mean(w[both] - t[both])) if both.any() else math.nan))
+    return pd.DataFrame(rows, columns=[*by, "n_failed", "n_true_boundary", "n_no_true_boundary",
+                                       "boundary_acceptance", "exact_turn",
+                                       "false_boundary_rate", "mean_offset"])
+
+
+def _rate(hits: np.ndarray) -> float:
+    return float(hits.mean()) if hits.size else math.nan
+
+
+# ---------------------------------------------------------------- compute cost
+
+
+def compute_cost(runs: pd.DataFrame, *, baseline: str = "grpo",
+                 by: Sequence[str] = ("env", "backbone")) -> pd.DataFrame | Skipped:
+    """Wall time per phase and method, and the overhead ratio against ``baseline``.
+
+    Uses the loader's ``time/<phase>_s/sum`` columns (seconds a run spent in the phase).
+    One row per (by..., method, phase) with phase in PHASES plus ``total`` (sum of phases):
+    n runs, mean_s and std_s over runs, share of the method's total, and overhead =
+    mean_s / the baseline method's mean_s for the same phase and strata (NaN when the
+    baseline is absent or spent 0 s there). A missing phase column counts as 0 s.
+    """
+    name = "compute_cost"
+    columns = [f"time/{p}_s/sum" for p in PHASES]
+    present = [c for c in columns if c in runs.columns] if runs is not None else []
+    skip = _need(runs, [*by, "method"], name)
+    if skip or not present:
+        return skip or Skipped(name, "runs carry no time/<phase>_s metrics")
+    times = runs[[*by, "method"]].copy()
+    for phase, col in zip(PHASES, columns):
+        times[phase] = runs[col].fillna(0.0) if col in runs.columns else 0.0
+    times["total"] = times[list(PHASES)].sum(axis=1)
+    long = times.melt(id_vars=[*by, "method"], var_name="phase", value_name="seconds")
+    out = long.groupby([*by, "method", "phase"], sort=False)["seconds"].agg(
+        n="size", mean_s="mean", std_s="std").reset_index()
+    total = out[out["phase"] == "total"].set_index([*by, "method"])["mean_s"]
+    out["share"] = out["mean_s"] / total.reindex(
+        pd.MultiIndex.from_frame(out[[*by, "method"]])).to_numpy()
+    base = out[out["method"] == baseline].set_index([*by, "phase"])["mean_s"]
+    base = base.reindex(pd.MultiIndex.from_frame(out[[*by, "phase"]])).to_numpy()
+    out["overhead"] = np.where(base > 0, out["mean_s"] / np.where(base > 0, base, 1.0), np.nan)
+    return out

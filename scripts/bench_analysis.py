@@ -1,0 +1,186 @@
+"""Benchmark analysis/ end to end on a synthetic 1,000-run study (target: <= 30 s).
+
+1. Generates a study into a temporary sqlite MLflow store with ``log_batch``: 5 method
+   variants x 4 envs x 5 beta_opd values x 10 seeds = 1,000 trial runs, each with ~50
+   params, 20 steps of ~24 metrics plus 4 evaluations, and small per-turn records parquet
+   files for the household / beta 5 runs of ``seed`` and its never-refreshed variant.
+2. Times, separately from generation: load_runs, load_histories, load_records, summarize,
+   and every diagnostic; prints each figure and the total.
+
+Usage: ``python scripts/bench_analysis.py [--seeds 10] [--steps 20] [--store DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import pandas as pd
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from analysis import diagnostics as dg
+from analysis.loader import load_histories, load_records, load_runs
+from analysis.stats import summarize
+
+STUDY = "bench"
+# (variant name, method tag, writer.refresh_every, relative skill)
+VARIANTS = (("grpo", "grpo", 1, 0.0), ("seed", "seed", 1, 0.06), ("etro", "etro", 1, 0.08),
+            ("rlsd", "rlsd", 1, 0.03), ("seed-stale", "seed", 0, 0.02))
+ENVS = ("household", "shop", "searchqa", "alfworld")
+BETAS = (1.0, 3.0, 5.0, 10.0, 20.0)
+TRAIN_KEYS = ("train/success", "train/score", "train/episode_length", "train/invalid_rate",
+              "train/entropy", "adv/mean", "adv/std", "adv/tied_group_frac", "opd/gate_mean",
+              "opd/gate_std", "opd/delta_prefix", "opd/delta_error", "opd/delta_suffix",
+              "writer/invalid_rate", "writer/skill_tokens", "perf/tokens_per_s",
+              "perf/peak_mem_mb")
+EVAL_KEYS = ("success", "score", "episode_length")
+
+
+def _params(method: str, env: str, beta: float, refresh: int, seed: int) -> dict[str, str]:
+    """About fifty dotted params, shaped like flatten(resolve(cfg))."""
+    params = {"algo.method": method, "algo.beta_opd": beta, "algo.lambda_opd": 0.01,
+              "algo.suffix_weight": 0.0, "algo.teacher": "old", "algo.clip_eps": 0.2,
+              "algo.kl_coef": 0.01, "algo.lr": 1e-6, "env.name": env, "env.max_turns": 15,
+              "writer.kind": "self", "writer.refresh_every": refresh, "seed": seed,
+              "model.backbone": "tiny", "rollout.group_size": 8, "rollout.tasks_per_step": 4}
+    params.update({f"misc.option_{i}": i * 0.5 for i in range(34)})
+    return {k: str(v) for k, v in params.items()}
+
+
+def _metrics(rng, skill: float, steps: int) -> list[Metric]:
+    now = int(time.time() * 1000)
+    out = []
+    for step in range(1, steps + 1):
+        level = min(0.95, 0.2 + skill + 0.03 * step + rng.normal(0, 0.03))
+        values = {k: float(rng.normal(level, 0.1)) for k in TRAIN_KEYS}
+        values.update({f"time/{p}_s": float(rng.uniform(0.5, 2.0)) * (p != "write" or skill > 0)
+                       for p in dg.PHASES})
+        if step % 5 == 0:
+            values.update({f"eval/test/{k}": float(level + rng.normal(0, 0.02))
+                           for k in EVAL_KEYS})
+        out += [Metric(k, v, now + step, step) for k, v in values.items()]
+    return out
+
+
+def _records(rng, step: int, n_tasks: int = 8, group: int = 8) -> pd.DataFrame:
+    """Synthetic per-turn records: states repeat along the good path, so anchors pool."""
+    rows, traj = [], 0
+    for task in range(n_tasks):
+        horizon = int(rng.integers(3, 8))
+        for _ in range(group):
+            actions = ["good" if rng.random() < 0.8 else f"bad{rng.integers(3)}"
+                       for _ in range(horizon)]
+            bad = [t for t, a in enumerate(actions) if a != "good"]
+            success, k_true = not bad, (bad[0] if bad else -1)
+            k_writer = k_true if rng.random() < 0.85 else int(rng.integers(-1, horizon))
+            ret = [float(success) * 0.95 ** (horizon - 1 - t) for t in range(horizon)]
+            for t, action in enumerate(actions):
+                dpos = rng.normal(0.3 if action == "good" else -0.3, 0.3)
+                rows.append({"step": step, "split": "train", "task_id": f"task{task}",
+                             "group": task, "traj": traj, "turn": t,
+                             "state_key": f"s{t}" + ("" if k_true < 0 or t <= k_true else "x"),
+                             "action": action, "reward": float(success and t == horizon - 1),
+                             "return": ret[t], "success": success,
+                             "error_turn_writer": k_writer, "error_turn_true": k_true,
+                             "delta_pos": dpos, "delta_neg": -dpos + rng.normal(0, 0.2),
+                             "gate_mean": float(1 / (1 + np.exp(-5 * dpos))),
+                             "region": "success" if success else "prefix"})
+            traj += 1
+    return pd.DataFrame(rows)
+
+
+def generate(uri: str, root: Path, seeds: int, steps: int) -> int:
+    client = MlflowClient(uri)
+    exp = client.create_experiment(STUDY, artifact_location=(root / "artifacts").as_uri())
+    rng = np.random.default_rng(0)
+    count = 0
+    for name, method, refresh, skill in VARIANTS:
+        for env in ENVS:
+            for beta in BETAS:
+                for seed in range(seeds):
+                    rid = client.create_run(exp).info.run_id
+                    tags = {"study": STUDY, "hindsight.kind": "trial", "method": method,
+                            "cell_id": f"{name}-{env}-{beta}", "env": env, "backbone": "tiny",
+                            "seed": str(seed), "git_sha": "bench"}
+                    params = _params(method, env, beta, refresh, seed)
+                    client.log_batch(rid, metrics=_metrics(rng, skill, steps),
+                                     params=[Param(k, v) for k, v in params.items()],
+                                     tags=[RunTag(k, v) for k, v in tags.items()])
+                    if method == "seed" and env == "household" and beta == 5.0:
+                        for step in (steps // 2, steps):
+                            _log_records(client, rid, root, step, seed)
+                    client.set_terminated(rid)
+                    count += 1
+    return count
+
+
+def _log_records(client, rid: str, root: Path, step: int, seed: int) -> None:
+    folder = root / "tmp" / rid
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step_{step:06d}.parquet"
+    _records(np.random.default_rng([seed, step]), step).to_parquet(path)
+    client.log_artifact(rid, str(path), "records")
+
+
+def analyse(uri: str, steps: int) -> dict[str, float]:
+    """Everything a report needs after the store exists; returns seconds per stage."""
+    times: dict[str, float] = {}
+
+    def timed(label, fn, *args, **kw):
+        start = time.perf_counter()
+        out = fn(*args, **kw)
+        times[label] = time.perf_counter() - start
+        return out
+
+    runs = timed("load_runs", load_runs, uri, STUDY)
+    keys = ["train/success", "opd/gate_mean", "eval/test/success"]
+    hist = timed("load_histories", load_histories, uri, runs["run_id"].tolist(), keys)
+    has_records = runs[(runs["env"] == "household") & (runs["algo.beta_opd"] == 5.0)
+                       & (runs["method"] == "seed")]["run_id"].tolist()
+    records = timed("load_records", load_records, uri, has_records)
+    metric = "eval/test/success"
+    timed("summarize", summarize, runs, ["env", "algo.beta_opd", "method"], metric,
+          baseline="grpo")
+    timed("gate_sensitivity", dg.gate_sensitivity, runs, metric)
+    timed("regional_alignment", dg.regional_alignment, records)
+    timed("value_alignment", dg.value_alignment, records)
+    timed("staleness", dg.staleness, runs, records)
+    timed("writer_reliability", dg.writer_reliability, records)
+    timed("compute_cost", dg.compute_cost, runs)
+    print(f"runs {len(runs)} x {runs.shape[1]} columns; history rows {len(hist)} "
+          f"(expected {len(runs) * (2 * steps + steps // 5)}); record rows {len(records)} "
+          f"from {len(has_records)} runs")
+    return times
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10, help="seeds per cell (100 cells)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--store", default="", help="folder for the store (default: temp)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-analysis-") as tmp:
+        root = Path(args.store or tmp).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        uri = f"sqlite:///{root / 'mlruns.db'}"
+        start = time.perf_counter()
+        n = generate(uri, root, args.seeds, args.steps)
+        print(f"generated {n} runs in {time.perf_counter() - start:.1f} s")
+        times = analyse(uri, args.steps)
+    for label, seconds in times.items():
+        print(f"  {label:<20s} {seconds:7.2f} s")
+    total = sum(times.values())
+    print(f"analysis total {total:.2f} s (target <= 30 s): {'OK' if total <= 30 else 'SLOW'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""analysis.stats: hand-computed values and constructed cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from analysis.stats import bootstrap_ci, holm, iqm, iqm_ci, mean_std, paired_test, summarize
+
+
+def test_mean_std_sample_std_and_single_value():
+    assert mean_std([1.0, 2.0, 3.0, 4.0]) == pytest.approx((2.5, math.sqrt(5.0 / 3.0)))
+    mean, std = mean_std([7.0, float("nan")])
+    assert mean == 7.0 and math.isnan(std)
+
+
+def test_bootstrap_ci_covers_mean_is_deterministic_and_nan_for_one_seed():
+    x = [0.61, 0.72, 0.55, 0.80, 0.67]
+    low, high = bootstrap_ci(x, n_boot=4000, seed=3)
+    assert low < np.mean(x) < high
+    assert min(x) <= low and high <= max(x)
+    assert bootstrap_ci(x, n_boot=4000, seed=3) == (low, high)
+    assert bootstrap_ci(x, n_boot=4000, seed=4) != (low, high)
+    assert all(math.isnan(v) for v in bootstrap_ci([0.5]))
+    # Two values: resampled means take only a, (a+b)/2 or b; the 95% interval spans a..b.
+    assert bootstrap_ci([0.0, 1.0], n_boot=2000) == (0.0, 1.0)
+
+
+def test_bootstrap_ci_rejects_bad_settings():
+    with pytest.raises(ValueError, match="n_boot=0"):
+        bootstrap_ci([1.0, 2.0], n_boot=0)
+    with pytest.raises(ValueError, match="confidence=1.5"):
+        bootstrap_ci([1.0, 2.0], confidence=1.5)
+
+
+def test_iqm_known_vectors():
+    assert iqm(np.arange(1, 9)) == 4.5  # drop 1,2 and 7,8
+    assert iqm([1.0, 2.0, 3.0, 100.0]) == 2.5  # the outlier is trimmed
+    assert iqm([[1, 2], [3, 4], [5, 6], [7, 8]]) == 4.5  # flattened like rliable
+
+
+def test_iqm_ci_stratified_keeps_task_membership():
+    # Task A always 0, task B always 1: every stratified resample has 2 zeros and 2 ones,
+    # so the bootstrap IQM is constant; an unstratified resample would not be.
+    point, low, high = iqm_ci([[0.0, 0.0], [1.0, 1.0]], n_boot=500, seed=0)
+    assert (point, low, high) == (0.5, 0.5, 0.5)
+    point, low, high = iqm_ci([np.linspace(0, 1, 8), np.linspace(2, 3, 4)], seed=1)
+    assert low <= point <= high and low < high
+    assert all(math.isnan(v) for v in iqm_ci([[1.0], [2.0]])[1:])
+
+
+def test_holm_known_values():
+    np.testing.assert_allclose(holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+    np.testing.assert_allclose(holm([0.01, 0.02, 0.03, 0.04]), [0.04, 0.06, 0.06, 0.06])
+    np.testing.assert_allclose(holm([0.5, 0.9]), [1.0, 1.0])
+    out = holm([0.02, float("nan"), 0.01])  # NaN is not part of the family
+    np.testing.assert_allclose(out, [0.02, np.nan, 0.02])
+
+
+def test_paired_test_pairs_by_seed_and_drops_unpaired():
+    a = {0: 1.0, 1: 2.0, 2: 4.0, 3: 9.0}
+    b = {0: 0.5, 1: 1.0, 2: 2.5, 5: 0.0}
+    res = paired_test(a, b)
+    assert res.n == 3
+    assert res.mean_diff == pytest.approx((0.5 + 1.0 + 1.5) / 3)
+    assert res.p_t == pytest.approx(sps.ttest_rel([1, 2, 4], [0.5, 1, 2.5]).pvalue)
+    assert math.isnan(res.p_wilcoxon)  # n=3 cannot reach 0.05 (2/8)
+
+
+def test_paired_test_wilcoxon_when_n_allows_and_degenerate_cases():
+    a = {s: float(s) + 1.0 + 0.1 * s for s in range(6)}
+    b = {s: float(s) for s in range(6)}
+    res = paired_test(a, b)
+    assert res.p_wilcoxon == pytest.approx(2.0 / 64)  # all 6 differences positive, exact
+    assert paired_test({0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0}).p_t == 1.0
+    assert paired_test({0: 2.0, 1: 2.0}, {0: 1.0, 1: 1.0}).p_t == 0.0
+    assert math.isnan(paired_test({0: 1.0}, {0: 0.0}).p_t)
+
+
+def _frame():
+    rows = []
+    scores = {"grpo": [0.50, 0.52, 0.48, 0.51], "seed": [0.70, 0.73, 0.69, 0.72],
+              "etro": [0.505, 0.50, 0.495, 0.515]}
+    for env, shift in (("household", 0.0), ("shop", -0.2)):
+        for method, vals in scores.items():
+            rows += [{"env": env, "method": method, "seed": s, "success": v + shift}
+                     for s, v in enumerate(vals)]
+    return pd.DataFrame(rows)
+
+
+def test_summarize_columns_baseline_holm_and_best():
+    out = summarize(_frame(), by=["env", "method"], metric="success", baseline="grpo",
+                    n_boot=500)
+    assert list(out.columns[:2]) == ["env", "method"]
+    assert len(out) == 6 and (out["n"] == 4).all()
+    row = out.set_index(["env", "method"]).loc[("household", "seed")]
+    assert row["mean"] == pytest.approx(0.71)
+    assert row["n_paired"] == 4 and row["diff_vs_baseline"] == pytest.approx(0.2075)
+    assert row["ci_low"] < 0.71 < row["ci_high"]
+    assert row["significant"] and row["not_worse_than_best"]
+    base = out[out["method"] == "grpo"]
+    assert base["p_vs_baseline"].isna().all() and not base["significant"].any()
+    family = out["p_vs_baseline"].dropna().to_numpy()
+    np.testing.assert_allclose(out["p_holm"].dropna(), holm(family)[~np.isnan(family)])
+    etro = out.set_index(["env", "method"]).loc[("household", "etro")]
+    assert not etro["significant"] and not etro["not_worse_than_best"]
+
+
+def test_summarize_lower_is_better_and_single_seed():
+    frame = pd.DataFrame({"method": ["a", "b"], "seed": [0, 0], "len": [3.0, 5.0]})
+    out = summarize(frame, by=["method"], metric="len", baseline="a", higher_is_better=False)
+    assert out["not_worse_than_best"].tolist() == [True, True]  # one seed: cannot tell
+    assert out["ci_low"].isna().all() and out["std"].isna().all()
+    assert math.isnan(out.loc[1, "p_vs_baseline"]) and out.loc[1, "n_paired"] == 1
+
+
+def test_summarize_errors_name_the_bad_value():
+    with pytest.raises(ValueError, match="baseline='ppo'.*grpo"):
+        summarize(_frame(), by=["method"], metric="success", baseline="ppo")
+    with pytest.raises(ValueError, match=r"\['nope'\] not in the frame"):
+        summarize(_frame(), by=["method"], metric="nope")
+    with pytest.raises(ValueError, match="test='z'"):
+        summarize(_frame(), by=["method"], metric="success", test="z")
+
+
+def test_summarize_wilcoxon_choice_uses_the_exact_signed_rank_p():
+    frame = pd.DataFrame({"method": ["grpo"] * 6 + ["seed"] * 6, "seed": list(range(6)) * 2,
+                          "acc": [0.1 * s for s in range(6)] + [0.1 * s + 0.05 + 0.01 * s
+                                                                for s in range(6)]})
+    out = summarize(frame, by=["method"], metric="acc", baseline="grpo", test="wilcoxon")
+    row = out.set_index("method").loc["seed"]
+    assert row["p_vs_baseline"] == pytest.approx(2.0 / 64) and row["p_holm"] == row["p_vs_baseline"]
+    assert row["significant"] and row["n_paired"] == 6
