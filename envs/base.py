@@ -22,8 +22,9 @@ from __future__ import annotations
 import abc
 import random
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
 
@@ -219,6 +220,17 @@ class TextEnv(abc.ABC):
         """The scripted expert's action for the current state; with probability
         ``epsilon`` a random or plausible-wrong action instead."""
 
+    def demo_action(
+        self, history: Sequence[Turn], epsilon: float = 0.0, rng: random.Random | None = None
+    ) -> str:
+        """The action of a demonstrator that uses only what the policy sees: the task, the
+        observations and its own past actions in ``history`` (the turns played so far this
+        episode).  Behaviour cloning on it teaches a policy something it can imitate.  With
+        probability ``epsilon`` a random or plausible-wrong action instead, as in
+        :meth:`expert_action`.  Defaults to :meth:`expert_action` for domains whose expert is
+        already observation-consistent; domains whose expert uses hidden facts override it."""
+        return self.expert_action(epsilon=epsilon, rng=rng)
+
     # -- prompt pieces -----------------------------------------------------------------
     @abc.abstractmethod
     def system_prompt(self) -> str:
@@ -291,5 +303,18 @@ def expert_policy(epsilon: float = 0.0, seed: str = "expert") -> Callable[[TextE
 
     def act(env: TextEnv, observation: str, turns: list[Turn]) -> str:
         return format_response(env.expert_action(epsilon=epsilon, rng=rng))
+
+    return act
+
+
+def demo_policy(
+    epsilon: float = 0.0, seed: str = "demo"
+) -> Callable[[TextEnv, str, list[Turn]], str]:
+    """An ``act`` callable for :func:`run_episode` that follows ``env.demo_action`` on the
+    turns played so far (the observation-consistent demonstrator)."""
+    rng = random.Random(seed)
+
+    def act(env: TextEnv, observation: str, turns: list[Turn]) -> str:
+        return format_response(env.demo_action(turns, epsilon=epsilon, rng=rng))
 
     return act

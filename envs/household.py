@@ -11,6 +11,8 @@ Splits: ``train`` (2400 tasks), ``eval_seen`` (140, train layouts and combinatio
 ``eval_unseen`` (134, held-out layouts and held-out object/receptacle combinations); see
 ``envs/household_world.py``.  ``info`` carries ``state_key``, ``distance`` (exact optimal
 remaining steps, ``envs/household_engine.py``), ``plan``, ``valid``, ``action``, ``score``.
+``expert_action`` uses where objects hide; ``demo_action`` is the observation-consistent
+demonstrator for behaviour cloning (it searches before it knows).
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from envs.base import StepResult, Task, TextEnv, format_response, parse_tagged
+from envs.base import StepResult, Task, TextEnv, Turn, format_response, parse_tagged
 from envs.household_data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS
 from envs.household_engine import (
     State,
     admissible,
     apply,
+    demo_command,
     goal_reached,
     optimal_plan,
+    read_history,
     room_overview,
 )
 from envs.household_world import World, build_world, panel
@@ -148,25 +152,55 @@ class HouseholdEnv(TextEnv):
         and half) a uniformly random admissible command or a plausible-wrong one (a similar
         or confusable receptacle, another object, the wrong station).  Without ``rng`` the
         env's own generator is used, reseeded from the task id at every reset."""
-        rng = rng or self._rng
         facts = self._facts()
-        if epsilon > 0 and rng.random() < epsilon:
-            wrong = self.plausible_wrong_actions() if rng.random() < 0.5 else []
-            return rng.choice(wrong or facts.actions)
-        return facts.plan[0] if facts.plan else "look"
 
-    def plausible_wrong_actions(self) -> list[str]:
-        """Admissible commands that look like the plan's next step but are not it."""
+        def clean() -> str:
+            return facts.plan[0] if facts.plan else "look"
+
+        return self._noisy(clean, epsilon, rng or self._rng)
+
+    def demo_action(
+        self, history: Sequence[Turn], epsilon: float = 0.0, rng: random.Random | None = None
+    ) -> str:
+        """The observation-consistent demonstrator (``envs.household_engine.demo_command``):
+        it searches receptacles in a fixed order learnable from the task and the room
+        listing (plausible places for the object, surfaces before containers, listing order;
+        opening closed ones on arrival, never revisiting) until the goal object(s) and, for
+        look, the desk lamp have appeared in an observation, then follows the optimal plan
+        restricted to what it has seen.  ``history`` is the turns played so far this episode.
+        Noise as in :meth:`expert_action`, around the demonstrator's own command.  Falls back
+        to the expert's command only when every receptacle was searched in vain (a guard:
+        objects are only moved by the agent, which names them, so it is never reached)."""
+        self._require()
+        seen = read_history(self.world, ((t.action, t.valid, t.next_observation) for t in history))
+
+        def clean() -> str:
+            return demo_command(self.world, self.state, seen) or self.expert_action()
+
+        return self._noisy(clean, epsilon, rng or self._rng)
+
+    def _noisy(self, choose, epsilon: float, rng: random.Random) -> str:
+        """``choose()``; with probability ``epsilon`` (half and half) a random admissible
+        command or one of :meth:`plausible_wrong_actions` around ``choose()`` instead."""
+        if epsilon > 0 and rng.random() < epsilon:
+            wrong = self.plausible_wrong_actions(choose()) if rng.random() < 0.5 else []
+            return rng.choice(wrong or self._facts().actions)
+        return choose()
+
+    def plausible_wrong_actions(self, action: str | None = None) -> list[str]:
+        """Admissible commands that look like ``action`` (default: the plan's next step) but
+        are not it."""
         facts, w, s = self._facts(), self.world, self.state
-        if not facts.plan:
+        action = action if action is not None else (facts.plan[0] if facts.plan else None)
+        op = facts.ops.get(action) if action else None
+        if op is None or op[0] in ("look", "inventory", "examine_obj"):  # no receptacle
             return []
-        op = facts.ops[facts.plan[0]]
         kind, r = op[0], op[-1]
         wrong = [f"go to {w.receptacles[x]}" for x in _similar(w, r)]
         if kind == "take":
             wrong += [f"take {w.objects[o]} from {w.receptacles[r]}" for o, at in enumerate(s.loc)
                       if at == r and w.otypes[o] != w.otypes[op[1]]]
-        return [a for a in wrong if a in facts.ops and a != facts.plan[0]]
+        return [a for a in wrong if a in facts.ops and a != action]
 
     # -- prompt pieces -----------------------------------------------------------------
     def system_prompt(self) -> str:

@@ -21,11 +21,19 @@ emits the only useful commands (go where needed, open a closed receptacle once, 
 non-goal object where the goal object lies, take, process at a station, put), keeping the
 shortest.  ``tests/test_envs_household.py`` checks it against breadth-first search over every
 reachable state of small worlds of each family.
+
+**Demonstrator.**  :func:`demo_command` is the observation-consistent demonstrator (see its
+docstring): it explores in a fixed order derived from visible facts until the needed
+objects have been seen, then plans with the exact planner restricted to what was seen.
 """
 
 from __future__ import annotations
 
-from envs.household_data import FLAG_WORDS, LAMP, PROCESS_VERBS
+import dataclasses
+import re
+from collections.abc import Iterable
+
+from envs.household_data import FLAG_WORDS, LAMP, LAMP_SURFACES, OBJECTS, PROCESS_VERBS
 from envs.household_world import World
 
 _STATION_VERB = {station: verb for verb, (station, _, _) in PROCESS_VERBS.items()}
@@ -284,3 +292,131 @@ def _plans_two(w: World, s: State):
                 p.take(o2)
                 p.put_at(t)
                 yield p.actions
+
+
+# -- observation-consistent demonstrator ------------------------------------------------
+_LISTING_RE = re.compile(
+    r"(?:On the ([a-z]+ \d+), you see|The ([a-z]+ \d+) is open\. In it, you see) ([^.]*)\.")
+
+
+def seen_listings(text: str) -> list[tuple[str, list[str]]]:
+    """(receptacle, item names) for every contents listing in an observation text, e.g.
+    "You arrive at countertop 1. On the countertop 1, you see a apple 1, and a mug 2." ->
+    [("countertop 1", ["apple 1", "mug 2"])] (the inverse of :func:`describe`)."""
+    out = []
+    for match in _LISTING_RE.finditer(text):
+        items = [] if match[3] == "nothing" else re.split(r", (?:and )?", match[3])
+        names = [item.removeprefix("a ") for item in items]
+        out.append((match[1] or match[2], names))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """What the agent has observed so far in an episode (indices into the world's tuples):
+    ``arrived`` receptacles it went to (so it saw whether they are open), ``explored``
+    receptacles whose contents an observation listed, ``objects`` objects named in a listing,
+    ``lamp`` whether a listing showed the desk lamp."""
+
+    arrived: frozenset[int]
+    explored: frozenset[int]
+    objects: frozenset[int]
+    lamp: bool
+
+
+def read_history(w: World, steps: Iterable[tuple[str, bool, str]]) -> Seen:
+    """:class:`Seen` from (action, valid, next observation) triples of the turns played."""
+    rec_index = {name: i for i, name in enumerate(w.receptacles)}
+    obj_index = {name: i for i, name in enumerate(w.objects)}
+    arrived, explored, objects, lamp = set(), set(), set(), False
+    for action, valid, observation in steps:
+        if valid and action.startswith("go to ") and action[6:] in rec_index:
+            arrived.add(rec_index[action[6:]])
+        for receptacle, names in seen_listings(observation):
+            explored.add(rec_index[receptacle])
+            objects.update(obj_index[n] for n in names if n in obj_index)
+            lamp = lamp or LAMP in names
+    return Seen(frozenset(arrived), frozenset(explored), frozenset(objects), lamp)
+
+
+def search_order(w: World, wanted: set[str]) -> list[int]:
+    """The fixed order in which the demonstrator searches receptacles (a learnable rule over
+    visible facts only: the task and the room listing): receptacles of a ``wanted`` type
+    first (:func:`wanted_types`), among them surfaces before containers that open (a
+    container costs an extra "open"), then the order of the room listing; the others last,
+    in listing order."""
+    return sorted(range(len(w.receptacles)),
+                  key=lambda r: (w.rtypes[r] not in wanted, w.openable[r], r))
+
+
+def wanted_types(w: World, want_object: bool, want_lamp: bool) -> set[str]:
+    """Receptacle types worth searching: for the goal object, the types the catalog lists as
+    places where that object type lies (``OBJECTS``) except the task's target type (goal
+    objects never start there); for the desk lamp, the lamp surfaces (desk, sidetable,
+    dresser)."""
+    homes = set(OBJECTS[w.obj_type][0]) - {w.target_type} if want_object else set()
+    return homes | (set(LAMP_SURFACES) if want_lamp else set())
+
+
+def belief_state(w: World, s: State, seen: Seen) -> State:
+    """``s`` with every openable receptacle the agent has not been to assumed closed (its
+    open/closed status is not observable before arriving)."""
+    b = State(w)
+    b.restore(s.snapshot())
+    b.opened = [s.opened[r] and (r in seen.arrived or not w.openable[r])
+                for r in range(len(w.receptacles))]
+    return b
+
+
+def demo_command(w: World, s: State, seen: Seen) -> str | None:
+    """The observation-consistent demonstrator's next command, or None when it has searched
+    every receptacle without finding what the task needs.
+
+    Decisions depend only on ``seen`` and on facts the agent's own actions and observations
+    fix (where it is, what it holds, where it left objects it saw, whether receptacles it
+    went to are open).  With ``k`` the goal objects seen (``need`` = 2 for pick_two, else 1):
+
+    1. everything needed is seen (k >= need; for look also the desk lamp): the next command
+       of the exact optimal plan from the belief state, using only the seen goal objects;
+    2. some but not all is seen: make progress with what is known (look: take a seen goal
+       object; pick_two: bring the first one to the target), then search on;
+    3. otherwise search: open the receptacle here when it is closed, plausible and unsearched,
+       else go to the first unsearched receptacle of :func:`search_order`, never revisiting.
+    """
+    known = tuple(o for o in w.candidates if o in seen.objects)
+    look = w.family == "look_at_obj_in_light"
+    need = 2 if w.family == "pick_two_obj_and_place" else 1
+    belief = belief_state(w, s, seen)
+    if len(known) >= need and (seen.lamp or not look):
+        return _first(optimal_plan(dataclasses.replace(w, candidates=known), belief))
+    if known:
+        first = dataclasses.replace(w, candidates=known, family="pick_and_place")
+        partial = _fetch_plan(w, belief, known) if look else optimal_plan(first, belief)
+        if partial:
+            return partial[0]
+    wanted = wanted_types(w, len(known) < need, look and not seen.lamp)
+    here = s.at
+    unsearched_here = here >= 0 and here not in seen.explored
+    if unsearched_here and not s.opened[here] and w.rtypes[here] in wanted:
+        return f"open {w.receptacles[here]}"
+    for r in search_order(w, wanted):
+        if r not in seen.explored and r != here:
+            return w.go_commands[r]
+    return None
+
+
+def _fetch_plan(w: World, s: State, objects: tuple[int, ...]) -> list[str]:
+    """The shortest command list that ends holding one of ``objects`` ([] when held)."""
+    best: list[str] | None = None
+    for o in objects:
+        if s.hold == o:
+            return []
+        p = _Plan(w, s)
+        p.take(o)
+        if best is None or len(p.actions) < len(best):
+            best = p.actions
+    return best or []
+
+
+def _first(plan: list[str]) -> str | None:
+    return plan[0] if plan else None
