@@ -1,0 +1,388 @@
+"""Run a study on Ray Tune, tracked in MLflow, resumable after a crash.
+
+* Local Ray by default (started here with the dashboard and usage stats off), or a cluster
+  by address.  One Tune trial per (cell, seed) with ``tune.with_resources``, FIFO at full
+  budget; each trial calls the train function in-process (no subprocess, no argv).
+* MLflow: one parent run per study (``hindsight.kind=study``, reused on relaunch); one child
+  run per (cell, seed), created with ``MlflowClient`` by the driver before the trial runs
+  (status SCHEDULED, tag ``mlflow.parentRunId``).  The child run id travels in the Tune trial
+  config with the trial's output folder (its checkpoints), so a relaunched trial continues
+  the same run with ``resume=True``.
+* Relaunch: FINISHED pairs are skipped; RUNNING/SCHEDULED children (a killed driver) are
+  reused; FAILED ones are skipped unless ``retry_failed`` (then reused too), so no pair ever
+  gets a second child run.  A trial that raises is FAILED with ``traceback.txt``; the other
+  trials finish.
+* Search studies: Optuna (``sweeps.search``) proposes overrides; each Tune trial trains them
+  for ``seeds_per_trial`` seeds (reusing finished (cell, seed) runs) and reports the mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+from sweeps import search as optuna_search
+from sweeps.status import (
+    StudyStatus,
+    child_runs,
+    find_parent,
+    pair_state,
+    reusable_run,
+    study_children,
+    study_status,
+)
+from sweeps.study import Study, Trial, expand, load_study, make_trial
+from trainer.config import from_dict, to_dict
+from trainer.tracking import (
+    KIND_TAG,
+    TERMINAL_STATUSES,
+    RunLogger,
+    experiment_id,
+    git_sha,
+    make_client,
+    run_tags,
+    with_retry,
+)
+
+TrainFn = Callable[..., Any]
+
+
+def default_train_fn(cfg, *, run_id=None, resume=False, progress=True):
+    """``trainer.run.train``, imported lazily (inside the trial's worker)."""
+    from trainer.run import train
+
+    return train(cfg, run_id=run_id, resume=resume, progress=progress)
+
+
+class TrialFailed(RuntimeError):
+    """The train function returned a non-FINISHED status."""
+
+
+# ---------------------------------------------------------------------------- Ray
+
+
+def init_ray(address: str = "") -> None:
+    """Connect to the cluster at ``address`` or start a fresh local Ray (no dashboard, no
+    usage stats, no auth; an empty ``~/ray_bootstrap_config.yaml`` so that Ray's usage-stats
+    code does not probe the cloud metadata address 169.254.169.254).  A local Ray's workers
+    get the driver's ``sys.path`` as PYTHONPATH, so an injected train function imports."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # verbose=0 then prints no tables
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    bootstrap = Path.home() / "ray_bootstrap_config.yaml"
+    if not bootstrap.exists():
+        bootstrap.write_text("{}\n")
+    if not address:  # local workers import what the driver imports (e.g. an injected train fn)
+        paths = [p for p in sys.path if p and Path(p).is_dir()]
+        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    ray.init(address=address or "local", include_dashboard=False, logging_level="WARNING",
+             log_to_driver=True)
+
+
+# ---------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A trial to run: its child run to continue (None = create one) and whether the run
+    had started before (then the trainer resumes from its checkpoint)."""
+
+    trial: Trial
+    run_id: str | None = None
+    resume: bool = False
+
+
+@dataclass
+class Plan:
+    launch: list[Launch] = field(default_factory=list)
+    finished: list[Trial] = field(default_factory=list)
+    failed: list[Trial] = field(default_factory=list)  # skipped; --retry-failed reruns them
+
+    def format(self) -> str:
+        head = (f"launch {len(self.launch)}, skip {len(self.finished)} finished, "
+                f"skip {len(self.failed)} failed (use --retry-failed to rerun)")
+        lines = [head]
+        lines += [f"  launch {x.trial.describe()}"
+                  + (f" (continue run {x.run_id})" if x.run_id else "") for x in self.launch]
+        lines += [f"  skip   {t.describe()} (finished)" for t in self.finished]
+        lines += [f"  skip   {t.describe()} (failed)" for t in self.failed]
+        return "\n".join(lines)
+
+
+def plan_trials(trials: list[Trial], children: Mapping[tuple[str, int], list[Run]],
+                retry_failed: bool = False) -> Plan:
+    """Decide per (cell, seed): skip finished, skip failed unless ``retry_failed``, continue
+    an existing unfinished child run, or launch fresh."""
+    plan = Plan()
+    for trial in trials:
+        runs = children.get(trial.key, [])
+        state = pair_state(runs)
+        if state == "finished":
+            plan.finished.append(trial)
+        elif state == "failed" and not retry_failed:
+            plan.failed.append(trial)
+        else:
+            reuse = reusable_run(runs)
+            started = reuse is not None and reuse.info.status != "SCHEDULED"
+            plan.launch.append(Launch(trial, reuse.info.run_id if reuse else None, started))
+    return plan
+
+
+# ---------------------------------------------------------------------------- MLflow runs
+
+
+def ensure_parent(client: MlflowClient, exp_id: str, study: Study) -> str:
+    """The study's parent run id, created on first launch and set RUNNING on relaunch."""
+    parent = find_parent(client, exp_id, study.name)
+    if parent is not None:
+        with_retry(client.update_run, parent.info.run_id, status="RUNNING")
+        return parent.info.run_id
+    tags = {"study": study.name, KIND_TAG: "study", "git_sha": git_sha()}
+    run = with_retry(client.create_run, exp_id, tags=tags, run_name=study.name)
+    if study.path is not None:
+        with_retry(client.log_text, run.info.run_id, study.path.read_text(), "study.yaml")
+    return run.info.run_id
+
+
+def child_config(trial: Trial, parent_id: str):
+    return replace(trial.cfg, tracking=replace(trial.cfg.tracking, parent_run_id=parent_id))
+
+
+def prepare_child(client: MlflowClient, exp_id: str, parent_id: str, launch: Launch) -> str:
+    """Create the child run of ``launch`` (status SCHEDULED) or mark the reused one
+    SCHEDULED; return its id."""
+    cfg = child_config(launch.trial, parent_id)
+    run_id = launch.run_id
+    if run_id is None:
+        run = with_retry(client.create_run, exp_id, tags=run_tags(cfg),
+                         run_name=cfg.tracking.run_name)
+        run_id = run.info.run_id
+    with_retry(client.update_run, run_id, status="SCHEDULED")
+    return run_id
+
+
+def run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None) -> dict[str, float]:
+    """Train ``cfg`` into child run ``run_id`` in this process and return its numeric final
+    metrics.  An exception marks the run FAILED with ``traceback.txt`` and propagates; a
+    returned non-FINISHED status raises :class:`TrialFailed`."""
+    logger = RunLogger(cfg.tracking.uri, cfg.tracking.experiment)
+    logger.start(cfg, run_id=run_id)
+    try:
+        result = (train_fn or default_train_fn)(cfg, run_id=run_id, resume=resume, progress=False)
+    except BaseException as exc:
+        logger.fail(exc)
+        raise
+    status = getattr(result, "status", "FINISHED")
+    if with_retry(logger.client.get_run, run_id).info.status not in TERMINAL_STATUSES:
+        logger.finish(status if status in TERMINAL_STATUSES else "FINISHED")
+    if status != "FINISHED":
+        raise TrialFailed(f"run {run_id}: train returned status {status!r}")
+    final = getattr(result, "final_metrics", {}) or {}
+    return {k: float(v) for k, v in final.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+# ---------------------------------------------------------------------------- Tune trainables
+
+
+def grid_trainable(train_fn: TrainFn | None) -> Callable[[dict], None]:
+    """Tune function trainable for one (cell, seed): ``config["trial"]`` carries the config
+    dict, the child run id and the resume flag."""
+
+    def hindsight_trial(config: dict) -> None:
+        from ray import tune
+
+        spec = config["trial"]
+        metrics = run_trial(from_dict(spec["cfg"]), spec["run_id"], spec["resume"], train_fn)
+        tune.report({**metrics, "done": 1.0})
+
+    return hindsight_trial
+
+
+def search_trainable(study: Study, parent_id: str, train_fn: TrainFn | None):
+    """Tune function trainable for one Optuna trial: trains the suggested overrides for
+    every seed (a finished (cell, seed) run is reused, not retrained) and reports the mean
+    of ``search.metric`` as ``objective``."""
+
+    def hindsight_search_trial(config: dict) -> None:
+        from ray import tune
+
+        overrides = optuna_search.overrides_of(study.search, config)
+        values = [_seed_objective(study, parent_id, overrides, s, train_fn) for s in study.seeds]
+        tune.report({optuna_search.OBJECTIVE: sum(values) / len(values), "done": 1.0})
+
+    return hindsight_search_trial
+
+
+def _seed_objective(study: Study, parent_id: str, overrides: dict, seed: int,
+                    train_fn: TrainFn | None) -> float:
+    trial = make_trial(study, overrides, seed)
+    client = make_client(study.store_uri)
+    exp_id = experiment_id(client, study.experiment)
+    runs = child_runs(client, exp_id, study.name).get(trial.key, [])
+    metric = study.search.metric
+    done = [r for r in runs if r.info.status == "FINISHED"]
+    if done:
+        metrics = done[0].data.metrics
+    else:
+        launch = plan_trials([trial], {trial.key: runs}, retry_failed=True).launch[0]
+        run_id = prepare_child(client, exp_id, parent_id, launch)
+        metrics = run_trial(child_config(trial, parent_id), run_id, launch.resume, train_fn)
+        metrics = {**with_retry(client.get_run, run_id).data.metrics, **metrics}
+    if metric not in metrics:
+        raise KeyError(f"search.metric {metric!r} not logged by run of {trial.name}; "
+                       f"logged: {', '.join(sorted(metrics)) or 'none'}")
+    return metrics[metric]
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def _progress_callback(total: int, echo: Callable[[str], None], describe: Callable[[Any], str]):
+    from ray import tune
+
+    class Progress(tune.Callback):
+        """One line per trial as it finishes or fails."""
+
+        def __init__(self) -> None:
+            self.done, self.start = 0, time.time()
+
+        def _line(self, trial, what: str) -> None:
+            self.done += 1
+            elapsed = time.time() - self.start
+            echo(f"[{self.done}/{total}] {what:<8} {describe(trial)} ({elapsed:.0f} s)")
+
+        def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+            self._line(trial, "finished")
+
+        def on_trial_error(self, iteration, trials, trial, **info) -> None:
+            self._line(trial, "FAILED")
+
+    return Progress()
+
+
+def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search_alg=None,
+         max_concurrent: int, total: int, echo, describe) -> None:
+    from ray import tune
+    from ray.tune.schedulers import FIFOScheduler
+
+    resources = {"cpu": study.resources.cpus, "gpu": study.resources.gpus}
+    name_of = (lambda t: t.config["trial"]["name"]) if "trial" in param_space else (lambda t: f"search_{t.trial_id}")
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, resources),
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            num_samples=num_samples, search_alg=search_alg, scheduler=FIFOScheduler(),
+            max_concurrent_trials=max_concurrent or None, reuse_actors=True,
+            trial_name_creator=name_of, trial_dirname_creator=name_of,
+        ),
+        run_config=tune.RunConfig(
+            name=f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage_path=str(study.out_dir / "ray"), verbose=0,
+            failure_config=tune.FailureConfig(max_failures=0),
+            callbacks=[_progress_callback(total, echo, describe)],
+        ),
+    )
+    tuner.fit()
+
+
+def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bool = False,
+              max_concurrent: int | None = None, address: str | None = None,
+              dry_run: bool = False, echo: Callable[[str], None] = print) -> StudyStatus | None:
+    """Launch (or continue) ``study``; return its status afterwards (None for a dry run).
+
+    ``train_fn`` defaults to ``trainer.run.train`` (imported lazily in the worker); tests
+    inject a fake with the same signature ``(cfg, *, run_id, resume, progress)``.
+    """
+    conc = study.max_concurrent if max_concurrent is None else max_concurrent
+    if study.search is not None:
+        return _run_search(study, train_fn, conc, address, dry_run, echo)
+    plan = plan_trials(expand(study), study_children(study), retry_failed)
+    echo(plan.format() if dry_run else plan.format().splitlines()[0])
+    if dry_run:
+        return None
+    client = make_client(study.store_uri)
+    exp_id = experiment_id(client, study.experiment)
+    parent_id = ensure_parent(client, exp_id, study)
+    if plan.launch:
+        specs = [{"name": x.trial.name, "desc": x.trial.describe(),
+                  "run_id": prepare_child(client, exp_id, parent_id, x), "resume": x.resume,
+                  "cfg": to_dict(child_config(x.trial, parent_id))} for x in plan.launch]
+        init_ray(address or study.ray_address)
+        from ray import tune
+
+        _fit(study, grid_trainable(train_fn), param_space={"trial": tune.grid_search(specs)},
+             num_samples=1, max_concurrent=conc, total=len(specs), echo=echo,
+             describe=lambda t: t.config["trial"]["desc"])
+    return _finish_parent(client, parent_id, study)
+
+
+def _run_search(study, train_fn, conc, address, dry_run, echo) -> StudyStatus | None:
+    todo = optuna_search.remaining_trials(study)
+    echo(f"search {study.name}: {todo} of {study.search.trials} Optuna trials to run, "
+         f"{len(study.seeds)} seed(s) each, objective mean {study.search.metric} "
+         f"({study.search.mode})")
+    if dry_run:
+        return None
+    client = make_client(study.store_uri)
+    parent_id = ensure_parent(client, experiment_id(client, study.experiment), study)
+    if todo:
+        init_ray(address or study.ray_address)
+        _fit(study, search_trainable(study, parent_id, train_fn), param_space={},
+             num_samples=todo, search_alg=optuna_search.make_searcher(study),
+             max_concurrent=conc, total=todo, echo=echo,
+             describe=lambda t: " ".join(f"{k}={v}" for k, v in t.config.items()))
+    best = optuna_search.best_trial(study)
+    if best is not None:
+        echo(f"best: {best.params} -> {study.search.metric} {best.value:.4g}")
+    return _finish_parent(client, parent_id, study)
+
+
+def _finish_parent(client: MlflowClient, parent_id: str, study: Study) -> StudyStatus:
+    status = study_status(study)
+    if not any(s == "running" for s in status.states.values()):
+        with_retry(client.set_terminated, parent_id,
+                   status="FINISHED" if status.complete else "FAILED")
+    return status
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("study", help="study YAML file")
+    parser.add_argument("--address", default=None,
+                        help="Ray cluster address (default: the study's ray_address, else a local Ray)")
+    parser.add_argument("--max-concurrent", type=int, default=None, metavar="N",
+                        help="trials at once (default: the study's max_concurrent; 0 = as resources allow)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the trials that would launch and those skipped; run nothing")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="rerun (cell, seed) pairs whose run FAILED, continuing the same run")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default: the study's out, else ./runs/<name>)")
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    """Launch or continue a study on Ray Tune; exit 0 when every (cell, seed) has finished."""
+    study = load_study(args.study, out=args.out)
+    status = run_study(study, retry_failed=args.retry_failed, max_concurrent=args.max_concurrent,
+                       address=args.address, dry_run=args.dry_run)
+    if status is None:
+        return 0
+    print(status.format())
+    return 0 if status.complete else 1
+

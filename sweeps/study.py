@@ -1,0 +1,356 @@
+"""Study files: a base run config, grid axes and/or an Optuna search, resources, outputs.
+
+A study YAML (validated like run configs; one-line errors name the bad key, the valid keys
+and the closest match)::
+
+    name: beta-sweep
+    base: ../examples/train_tiny.yaml     # path relative to this file, or an inline mapping
+    grid:                                 # dotted run-config keys -> lists of values
+      algo.method: [grpo, seed]
+      algo.beta_opd: [1.0, 5.0]
+      seed: [0, 1]                        # seeds are an axis too; default [base.seed]
+    search:                               # optional Optuna search (instead of grid cells)
+      space: {algo.lambda_opd: {type: float, low: 0.001, high: 0.1, log: true}}
+      trials: 8
+      sampler_seed: 0
+      seeds_per_trial: 2
+      metric: eval/eval_unseen/success
+      mode: max
+      storage: optuna.db                  # sqlite path (relative to out) or an RDB URL
+    resources: {cpus: 1, gpus: 0}         # per trial; fractions allowed
+    max_concurrent: 2
+    tracking_uri: ""                      # "" = $MLFLOW_TRACKING_URI or sqlite:///<out>/mlruns.db
+    ray_address: ""                       # "" = start a local Ray
+    out: ""                               # "" = ./runs/<name> of the current folder
+
+A *cell* is the resolved run config without seed, tracking and output
+(:func:`trainer.tracking.cell_id`); a study expands into (cell, seed) :class:`Trial` s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from trainer.config import (
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    flatten,
+    from_dict,
+    load_config,
+    read_yaml,
+    unknown_key_error,
+)
+from trainer.tracking import cell_id, sqlite_uri
+
+STUDY_KEYS = (
+    "name", "base", "grid", "search", "resources", "max_concurrent", "tracking_uri",
+    "ray_address", "out",
+)
+SEARCH_KEYS = ("space", "trials", "sampler_seed", "seeds_per_trial", "metric", "mode", "storage")
+PARAM_KEYS = ("type", "low", "high", "log", "choices")
+PARAM_TYPES = ("float", "int", "categorical")
+RESOURCE_KEYS = ("cpus", "gpus")
+MODES = ("max", "min")
+
+
+@dataclass(frozen=True)
+class ParamSpace:
+    """One Optuna search dimension over a dotted run-config key."""
+
+    key: str
+    type: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: tuple = ()
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    space: tuple[ParamSpace, ...]
+    trials: int = 8
+    sampler_seed: int = 0
+    seeds_per_trial: int = 1
+    metric: str = "eval/eval_unseen/success"
+    mode: str = "max"
+    # sqlite:///... or any RDB URL accepted by optuna.storages.RDBStorage.
+    storage: str = ""
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpus: float = 1.0
+    gpus: float = 0.0
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    base: RunConfig
+    # ((dotted key, (values...)), ...) in file order; "seed" may be one of the axes.
+    grid: tuple[tuple[str, tuple], ...] = ()
+    search: SearchSpec | None = None
+    resources: Resources = Resources()
+    max_concurrent: int = 0
+    tracking_uri: str = ""
+    ray_address: str = ""
+    out_dir: Path = Path("runs")
+    path: Path | None = None
+
+    @property
+    def store_uri(self) -> str:
+        """Study tracking_uri, else $MLFLOW_TRACKING_URI, else sqlite:///<out>/mlruns.db."""
+        if self.tracking_uri:
+            return self.tracking_uri
+        return os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(self.out_dir / "mlruns.db")
+
+    @property
+    def experiment(self) -> str:
+        return self.base.tracking.experiment
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """Grid seeds; for a search, base.seed + 0..seeds_per_trial-1."""
+        if self.search is not None:
+            return tuple(self.base.seed + i for i in range(self.search.seeds_per_trial))
+        return dict(self.grid).get("seed", (self.base.seed,))
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One (cell, seed) training run of a study."""
+
+    cfg: RunConfig
+    cell_id: str
+    seed: int
+    # The study-level overrides that make this cell (dotted key -> value), seed excluded.
+    overrides: tuple[tuple[str, Any], ...]
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.cell_id, self.seed)
+
+    @property
+    def name(self) -> str:
+        return f"{self.cell_id}-s{self.seed}"
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.overrides]
+        return f"{self.name} [{', '.join(parts) or 'base'}] seed={self.seed}"
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def _check_keys(where: str, data: Mapping, valid: tuple[str, ...]) -> None:
+    for key in data:
+        if key not in valid:
+            raise ConfigError(f"{where}: {unknown_key_error(str(key), valid)}")
+
+
+def _want(where: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise ConfigError(f"{where}: expected {what}, got {value!r}")
+    return value
+
+
+def config_keys() -> tuple[str, ...]:
+    """Every dotted run-config key a grid axis or search dimension may name."""
+    return tuple(flatten(RunConfig()))
+
+
+def _check_config_key(where: str, key: str) -> None:
+    valid = config_keys()
+    if key in valid:
+        return
+    head = key.partition(".")[0]
+    if any(k.startswith(head + ".") for k in valid):  # a known section: list its keys
+        keys = [k[len(head) + 1:] for k in valid if k.startswith(head + ".")]
+        raise ConfigError(f"{where}: {unknown_key_error(key, keys, head)}")
+    tops = sorted({k.partition(".")[0] for k in valid})
+    raise ConfigError(f"{where}: {unknown_key_error(key, tops)}")
+
+
+def _check_value(where: str, base: RunConfig, key: str, value: Any) -> None:
+    try:
+        cfg = apply_overrides(base, {key: value})
+        cell_id(cfg)  # resolves: unknown methods/envs fail here
+    except (ConfigError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def _parse_grid(where: str, grid: Any, base: RunConfig) -> tuple[tuple[str, tuple], ...]:
+    _want(where, grid, dict, "a mapping of dotted config keys to lists of values")
+    axes = []
+    for key, values in grid.items():
+        _check_config_key(f"{where}", key)
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}.{key}: expected a non-empty list of values, got {values!r}")
+        if len(set(map(repr, values))) != len(values):
+            raise ConfigError(f"{where}.{key}: duplicate values in {values!r}")
+        for value in values:
+            _check_value(where, base, key, value)
+        axes.append((key, tuple(values)))
+    return tuple(axes)
+
+
+def _parse_param(where: str, key: str, spec: Any, base: RunConfig) -> ParamSpace:
+    _check_config_key(where, key)
+    _want(f"{where}.{key}", spec, dict, "a mapping with type/low/high/log/choices")
+    _check_keys(f"{where}.{key}", spec, PARAM_KEYS)
+    kind = spec.get("type")
+    if kind not in PARAM_TYPES:
+        raise ConfigError(f"{where}.{key}.type: got {kind!r}; valid: {', '.join(PARAM_TYPES)}")
+    if kind == "categorical":
+        choices = spec.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(f"{where}.{key}.choices: expected a non-empty list, got {choices!r}")
+        for choice in choices:
+            _check_value(where, base, key, choice)
+        return ParamSpace(key, kind, choices=tuple(choices))
+    num = int if kind == "int" else (int, float)
+    low = _want(f"{where}.{key}.low", spec.get("low"), num, f"a number ({kind})")
+    high = _want(f"{where}.{key}.high", spec.get("high"), num, f"a number ({kind})")
+    log = _want(f"{where}.{key}.log", spec.get("log", False), bool, "true or false")
+    if not low < high:
+        raise ConfigError(f"{where}.{key}: low {low!r} must be below high {high!r}")
+    if log and low <= 0:
+        raise ConfigError(f"{where}.{key}: log scale needs low > 0, got {low!r}")
+    for bound in (low, high):
+        _check_value(where, base, key, bound)
+    return ParamSpace(key, kind, float(low) if kind == "float" else low,
+                      float(high) if kind == "float" else high, log)
+
+
+def _parse_search(where: str, data: Any, base: RunConfig, out_dir: Path) -> SearchSpec:
+    _want(where, data, dict, "a mapping")
+    _check_keys(where, data, SEARCH_KEYS)
+    space = _want(f"{where}.space", data.get("space"), dict, "a non-empty mapping of keys to specs")
+    if not space:
+        raise ConfigError(f"{where}.space: expected at least one dimension")
+    params = tuple(_parse_param(f"{where}.space", k, v, base) for k, v in space.items())
+    ints = {k: _want(f"{where}.{k}", data.get(k, d), int, "an integer")
+            for k, d in (("trials", 8), ("sampler_seed", 0), ("seeds_per_trial", 1))}
+    for k in ("trials", "seeds_per_trial"):
+        if ints[k] < 1:
+            raise ConfigError(f"{where}.{k}: must be >= 1, got {ints[k]}")
+    mode = data.get("mode", "max")
+    if mode not in MODES:
+        raise ConfigError(f"{where}.mode: got {mode!r}; valid: {', '.join(MODES)}")
+    metric = _want(f"{where}.metric", data.get("metric", SearchSpec.metric), str, "a metric name")
+    storage = _want(f"{where}.storage", data.get("storage", "") or "optuna.db", str, "a path or URL")
+    if "://" not in storage:
+        storage = sqlite_uri(out_dir / storage)
+    return SearchSpec(params, metric=metric, mode=mode, storage=storage, **ints)
+
+
+def _parse_resources(where: str, data: Any) -> Resources:
+    _want(where, data, dict, "a mapping with cpus/gpus")
+    _check_keys(where, data, RESOURCE_KEYS)
+    values = {}
+    for key in RESOURCE_KEYS:
+        value = _want(f"{where}.{key}", data.get(key, getattr(Resources, key)), (int, float), "a number")
+        if value < 0:
+            raise ConfigError(f"{where}.{key}: must be >= 0, got {value}")
+        values[key] = float(value)
+    return Resources(**values)
+
+
+def _load_base(where: str, base: Any, folder: Path) -> RunConfig:
+    if base is None:
+        return RunConfig()
+    if isinstance(base, str):
+        path = (folder / base).resolve()
+        if not path.is_file():
+            raise ConfigError(f"{where}: base config file {str(path)!r} does not exist")
+        return load_config(path)
+    _want(where, base, dict, "a path (relative to the study file) or an inline mapping")
+    try:
+        return from_dict(base)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def parse_study(data: Any, *, folder: Path, out: str | Path | None = None,
+                path: Path | None = None, where: str = "study") -> Study:
+    """Build a :class:`Study` from a parsed YAML mapping; paths relative to ``folder``."""
+    _want(where, data, dict, "a mapping")
+    _check_keys(where, data, STUDY_KEYS)
+    name = data.get("name")
+    if not isinstance(name, str) or not name or "/" in name or name.strip() != name:
+        raise ConfigError(f"{where}.name: expected a non-empty name without '/', got {name!r}")
+    base = _load_base(f"{where}.base", data.get("base"), folder)
+    out_dir = Path(out) if out else (folder / data["out"] if data.get("out") else Path("runs") / name)
+    out_dir = out_dir.expanduser().resolve()
+    grid = _parse_grid(f"{where}.grid", data.get("grid") or {}, base)
+    search = None
+    if data.get("search") is not None:
+        search = _parse_search(f"{where}.search", data["search"], base, out_dir)
+        if grid:
+            raise ConfigError(
+                f"{where}: grid and search cannot be combined; put the grid keys in "
+                f"search.space as categorical dimensions and the seeds in search.seeds_per_trial"
+            )
+    max_conc = _want(f"{where}.max_concurrent", data.get("max_concurrent", 0), int, "an integer")
+    if max_conc < 0:
+        raise ConfigError(f"{where}.max_concurrent: must be >= 0 (0 = as resources allow), got {max_conc}")
+    return Study(
+        name=name, base=base, grid=grid, search=search,
+        resources=_parse_resources(f"{where}.resources", data.get("resources") or {}),
+        max_concurrent=max_conc,
+        tracking_uri=_want(f"{where}.tracking_uri", data.get("tracking_uri") or "", str, "a URI"),
+        ray_address=_want(f"{where}.ray_address", data.get("ray_address") or "", str, "an address"),
+        out_dir=out_dir, path=path,
+    )
+
+
+def load_study(path: str | Path, out: str | Path | None = None) -> Study:
+    """Load and validate a study YAML file (``hindsight validate`` calls this)."""
+    path = Path(path).expanduser().resolve()
+    data = read_yaml(path)
+    return parse_study(data, folder=path.parent, out=out, path=path, where=path.name)
+
+
+# ---------------------------------------------------------------------------- expansion
+
+
+def make_trial(study: Study, overrides: Mapping[str, Any], seed: int) -> Trial:
+    """The trial of ``study`` for the cell given by ``overrides`` and ``seed``: outputs
+    under ``<out>/trials/<cell_id>-s<seed>``, tracked in the study's store."""
+    cfg = apply_overrides(study.base, {**overrides, "seed": seed})
+    cid = cell_id(cfg)
+    name = f"{cid}-s{seed}"
+    cfg = replace(
+        cfg,
+        tracking=replace(cfg.tracking, uri=study.store_uri, study=study.name,
+                         run_name=f"{cfg.algo.method}-{name}"),
+        output=replace(cfg.output, dir=str(study.out_dir / "trials" / name)),
+    )
+    return Trial(cfg=cfg, cell_id=cid, seed=seed, overrides=tuple(overrides.items()))
+
+
+def expand(study: Study) -> list[Trial]:
+    """All (cell, seed) trials of a grid study: the product of the non-seed axes, each
+    with every seed; cells in file order, seeds inner.  Duplicate cells (axis values that
+    resolve to the same config) are dropped."""
+    if study.search is not None:
+        raise ValueError(f"study {study.name!r} is a search; its trials come from Optuna")
+    axes = [(k, v) for k, v in study.grid if k != "seed"]
+    keys = [k for k, _ in axes]
+    trials: dict[tuple[str, int], Trial] = {}
+    for combo in itertools.product(*(values for _, values in axes)):
+        overrides = dict(zip(keys, combo))
+        for seed in study.seeds:
+            trial = make_trial(study, overrides, seed)
+            trials.setdefault(trial.key, trial)
+    return list(trials.values())

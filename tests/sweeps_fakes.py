@@ -1,0 +1,89 @@
+"""Fake train functions for the sweep tests (same signature as ``trainer.run.train``).
+
+Importable by Ray workers (module-level functions) and runnable as a driver script for the
+SIGKILL test: ``python tests/sweeps_fakes.py STUDY.yaml [slow]``.
+
+Behaviour is chosen by config fields the fakes never otherwise read:
+``writer.model == "fail"`` always raises; ``"fail_once"`` raises on the first attempt only
+(a marker file in ``output.dir``), so ``--retry-failed`` can succeed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if __name__ == "__main__":  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trainer.tracking import RunLogger
+
+STEPS = 3
+
+
+@dataclass
+class FakeResult:
+    run_id: str
+    status: str
+    final_metrics: dict = field(default_factory=dict)
+
+
+def fake_success(cfg) -> float:
+    """Deterministic stand-in for a training outcome: depends on beta_opd and seed."""
+    return round(0.1 * cfg.algo.beta_opd + 0.01 * cfg.seed, 6)
+
+
+def _maybe_fail(cfg) -> None:
+    if cfg.writer.model == "fail":
+        raise RuntimeError("boom: injected failure")
+    if cfg.writer.model == "fail_once":
+        marker = Path(cfg.output.dir) / "failed_once"
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("x")
+            raise RuntimeError("boom once: injected failure")
+
+
+def fake_train(cfg, *, run_id=None, resume=False, progress=True, steps=STEPS, sleep=0.0):
+    """Log ``steps`` steps of metrics through RunLogger; resumable from a JSON checkpoint
+    ``<output.dir>/fake_ckpt.json`` holding the next step."""
+    logger = RunLogger(cfg.tracking.uri, cfg.tracking.experiment)
+    run_id = logger.start(cfg, run_id=run_id)
+    ckpt = Path(cfg.output.dir) / "fake_ckpt.json"
+    first = json.loads(ckpt.read_text())["next"] if resume and ckpt.exists() else 0
+    with logger:
+        _maybe_fail(cfg)
+        success = fake_success(cfg)
+        for step in range(first, steps):
+            time.sleep(sleep)
+            logger.log_metrics(step, {"train/success": success * (step + 1) / steps,
+                                      "train/score": float(step)})
+            logger.flush()
+            ckpt.parent.mkdir(parents=True, exist_ok=True)
+            ckpt.write_text(json.dumps({"next": step + 1}))
+        final = {"eval/eval_unseen/success": success}
+        logger.log_metrics(steps, final)
+    return FakeResult(run_id, "FINISHED", final)
+
+
+def slow_train(cfg, *, run_id=None, resume=False, progress=True):
+    """6 steps of 0.5 s: long enough to kill the driver mid-study."""
+    return fake_train(cfg, run_id=run_id, resume=resume, progress=progress, steps=6, sleep=0.5)
+
+
+def main(argv: list[str]) -> int:
+    import sweeps_fakes as fakes  # by module name, so Ray pickles the functions by reference
+
+    from sweeps.runner import run_study
+    from sweeps.study import load_study
+
+    train = fakes.slow_train if argv[1:2] == ["slow"] else fakes.fake_train
+    status = run_study(load_study(argv[0]), train_fn=train)
+    return 0 if status is not None and status.complete else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

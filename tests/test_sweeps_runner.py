@@ -1,0 +1,110 @@
+"""sweeps.runner on a real local Ray (one session for the module) with fake trainables:
+failures, skip/retry, new cells only, MLflow parent/child layout, Optuna search, status."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import optuna
+import pytest
+import sweeps_fakes as fakes
+import yaml
+from mlflow.tracking import MlflowClient
+
+from sweeps.runner import init_ray, run_study
+from sweeps.status import status_command, study_children
+from sweeps.study import load_study
+
+pytestmark = pytest.mark.slow  # Ray start and Tune runs take tens of seconds on 2 CPUs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    import ray
+
+    init_ray()
+    yield
+    ray.shutdown()
+
+
+def _study(tmp_path: Path, grid: dict | None = None, **extra):
+    data = {"name": "t", "base": {"model": {"backbone": "tiny"}}, "resources": {"cpus": 0.5},
+            "max_concurrent": 4, "out": "out", **({"grid": grid} if grid else {}), **extra}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_study(path)
+
+
+def _runs(study) -> dict:
+    """(cell_id, seed) -> run ids."""
+    return {k: [r.info.run_id for r in runs] for k, runs in study_children(study).items()}
+
+
+def test_failure_skip_and_retry_reuse_runs(tmp_path):
+    study = _study(tmp_path, {"writer.model": ["", "fail_once"], "seed": [0, 1]})
+    lines: list[str] = []
+    status = run_study(study, train_fn=fakes.fake_train, echo=lines.append)
+    assert status.counts() == {"finished": 2, "running": 0, "failed": 2, "missing": 0}
+    assert sum("FAILED" in line for line in lines) == 2 and sum("finished " in line for line in lines) == 2
+    children = study_children(study)
+    client = MlflowClient(study.store_uri)
+    parent_ids = {r.data.tags["mlflow.parentRunId"] for runs in children.values() for r in runs}
+    assert len(parent_ids) == 1
+    parent = client.get_run(parent_ids.pop())
+    assert parent.data.tags["hindsight.kind"] == "study" and parent.info.status == "FAILED"
+    failed = [r for runs in children.values() for r in runs if r.info.status == "FAILED"]
+    for run in failed:
+        where = client.download_artifacts(run.info.run_id, "traceback.txt", str(tmp_path))
+        assert "boom once" in Path(where).read_text()
+    finished = [r for runs in children.values() for r in runs if r.info.status == "FINISHED"]
+    for run in finished:
+        hist = client.get_metric_history(run.info.run_id, "train/success")
+        assert [m.step for m in hist] == [0, 1, 2]
+        assert run.data.tags["method"] == "grpo" and run.data.params["algo.method"] == "grpo"
+
+    lines.clear()  # relaunch: nothing to do, failed ones are skipped
+    run_study(study, train_fn=fakes.fake_train, echo=lines.append)
+    assert lines[0].startswith("launch 0, skip 2 finished, skip 2 failed")
+
+    status = run_study(study, train_fn=fakes.fake_train, retry_failed=True, echo=lines.append)
+    assert status.complete
+    assert _runs(study) == {k: [r.info.run_id for r in runs] for k, runs in children.items()}
+    assert client.get_run(parent.info.run_id).info.status == "FINISHED"
+
+
+def test_adding_a_value_runs_only_the_new_cell_and_status(tmp_path, capsys):
+    study = _study(tmp_path, {"algo.beta_opd": [1.0], "seed": [0]})
+    run_study(study, train_fn=fakes.fake_train, echo=lambda _: None)
+    first = _runs(study)
+    bigger = _study(tmp_path, {"algo.beta_opd": [1.0, 2.0], "seed": [0]})
+    lines: list[str] = []
+    run_study(bigger, train_fn=fakes.fake_train, dry_run=True, echo=lines.append)
+    plan = lines[0].splitlines()
+    assert plan[0].startswith("launch 1, skip 1 finished") and "algo.beta_opd=2.0" in plan[1]
+    assert _runs(bigger) == first  # dry run launched nothing
+    run_study(bigger, train_fn=fakes.fake_train, echo=lines.append)
+    after = _runs(bigger)
+    assert len(after) == 2 and all(after[k] == ids for k, ids in first.items())
+    args = argparse.Namespace(study=str(bigger.path), out=None)
+    assert status_command(args) == 0
+    assert "2 finished, 0 running, 0 failed, 0 missing" in capsys.readouterr().out
+    more = _study(tmp_path, {"algo.beta_opd": [1.0, 2.0], "seed": [0, 1]})
+    assert status_command(argparse.Namespace(study=str(more.path), out=None)) == 1
+
+
+def test_optuna_search_mean_over_seeds_and_resume(tmp_path):
+    search = {"space": {"algo.beta_opd": {"type": "float", "low": 1.0, "high": 5.0}},
+              "trials": 3, "seeds_per_trial": 2, "sampler_seed": 7,
+              "metric": "eval/eval_unseen/success", "mode": "max"}
+    study = _study(tmp_path, search=search)
+    status = run_study(study, train_fn=fakes.fake_train, echo=lambda _: None)
+    assert status.complete and len(status.states) == 6  # 3 cells x 2 seeds
+    ot = optuna.load_study(study_name="t", storage=study.search.storage)
+    complete = ot.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(complete) == 3
+    for trial in complete:  # fake success = 0.1 beta + 0.01 seed; mean over seeds 0, 1
+        assert trial.value == pytest.approx(0.1 * trial.params["algo.beta_opd"] + 0.005, abs=1e-6)
+    lines: list[str] = []
+    run_study(study, train_fn=fakes.fake_train, echo=lines.append)
+    assert lines[0].startswith("search t: 0 of 3 Optuna trials to run")

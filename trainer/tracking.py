@@ -1,0 +1,290 @@
+"""MLflow run logger for training runs (and the helpers sweeps use to address the store).
+
+Layout of a training run (DESIGN.md "Tracking"):
+
+* tags ``study``, ``cell_id``, ``method``, ``env``, ``backbone``, ``seed``, ``git_sha``,
+  ``hindsight.kind`` (``"trial"``; a study's parent run uses ``"study"``) and
+  ``mlflow.parentRunId`` when the run belongs to a study;
+* params ``flatten(resolve(cfg))`` (values longer than MLflow's limit are truncated);
+* metrics buffered per step and written with one ``log_batch`` call per step;
+* artifacts ``config.json`` and, on an exception, ``traceback.txt`` with status FAILED.
+
+The store defaults to ``sqlite:///<output.dir>/mlruns.db`` unless ``cfg.tracking.uri`` or
+``$MLFLOW_TRACKING_URI`` names another one.  Every store call is retried on sqlite's
+"database is locked" so that concurrent trials writing to one file lose nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import random
+import subprocess
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.utils.validation import (
+    MAX_METRICS_PER_BATCH,
+    MAX_PARAM_VAL_LENGTH,
+    MAX_PARAMS_TAGS_PER_BATCH,
+    MAX_TAG_VAL_LENGTH,
+)
+
+from trainer.config import RunConfig, canonical_json, flatten, resolve, to_dict
+
+T = TypeVar("T")
+
+KIND_TAG = "hindsight.kind"
+PARENT_TAG = "mlflow.parentRunId"
+TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
+CELL_EXCLUDE = ("seed", "tracking", "output")
+_LOCKED = ("database is locked", "database table is locked")
+
+
+# ---------------------------------------------------------------------------- store helpers
+
+
+def tracking_uri(cfg: RunConfig) -> str:
+    """The store a run logs to: cfg.tracking.uri, else $MLFLOW_TRACKING_URI, else
+    ``sqlite:///<abs output.dir>/mlruns.db``."""
+    if cfg.tracking.uri:
+        return cfg.tracking.uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return sqlite_uri(Path(cfg.output.dir) / "mlruns.db")
+
+
+def sqlite_uri(db_path: str | Path) -> str:
+    """``sqlite:///`` URI of an absolute path."""
+    return f"sqlite:///{Path(db_path).expanduser().resolve()}"
+
+
+def with_retry(fn: Callable[..., T], *args: Any, attempts: int = 12, **kwargs: Any) -> T:
+    """Call ``fn`` and retry with jittered exponential back-off while sqlite reports
+    "database is locked" (sqlite's own 5 s busy timeout already elapsed by then).  Other
+    errors propagate at once; the last locked error propagates after ``attempts`` tries."""
+    for attempt in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # MlflowException or sqlalchemy OperationalError
+            if attempt == attempts - 1 or not any(s in str(exc) for s in _LOCKED):
+                raise
+            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+def make_client(uri: str) -> MlflowClient:
+    """A client whose store is open.  For a sqlite file, opening (which creates or migrates
+    MLflow's schema) holds an exclusive lock on ``<db>.lock`` so that processes opening a
+    fresh store at once do not race on the schema."""
+
+    def connect() -> MlflowClient:
+        client = MlflowClient(tracking_uri=uri)
+        client._tracking_client.store  # noqa: B018 - opens the store (creates the schema)
+        return client
+
+    if not uri.startswith("sqlite:///"):
+        return with_retry(connect)
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{db}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return with_retry(connect)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    """Get or create the experiment ``name``.  For a sqlite store the artifacts go to
+    ``<db folder>/artifacts`` (MLflow's default would be ./mlruns of the current folder)."""
+    exp = with_retry(client.get_experiment_by_name, name)
+    if exp is not None:
+        return exp.experiment_id
+    uri = client.tracking_uri
+    location = None
+    if uri.startswith("sqlite:///"):
+        location = (Path(uri[len("sqlite:///"):]).parent / "artifacts").as_uri()
+    try:
+        return with_retry(client.create_experiment, name, artifact_location=location)
+    except MlflowException:  # created concurrently by another process
+        exp = with_retry(client.get_experiment_by_name, name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+@functools.lru_cache(maxsize=8)
+def git_sha(cwd: str | Path | None = None) -> str:
+    """``git rev-parse HEAD`` of ``cwd`` (default: this repository); "unknown" outside git."""
+    where = cwd if cwd is not None else Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    sha = out.stdout.strip()
+    return sha if out.returncode == 0 and sha else "unknown"
+
+
+def cell_id(cfg: RunConfig) -> str:
+    """Short stable hash of the resolved config without seed, tracking and output: runs
+    that differ only by seed share a cell."""
+    text = canonical_json(resolve(cfg), exclude=CELL_EXCLUDE)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def run_tags(cfg: RunConfig, kind: str = "trial") -> dict[str, str]:
+    """The contract tags of a training run built from its config."""
+    tags = {
+        "study": cfg.tracking.study,
+        "cell_id": cell_id(cfg),
+        "method": cfg.algo.method,
+        "env": cfg.env.name,
+        "backbone": cfg.model.backbone,
+        "seed": str(cfg.seed),
+        "git_sha": git_sha(),
+        KIND_TAG: kind,
+    }
+    if cfg.tracking.parent_run_id:
+        tags[PARENT_TAG] = cfg.tracking.parent_run_id
+    return tags
+
+
+def truncate(value: Any, limit: int = MAX_PARAM_VAL_LENGTH) -> str:
+    """``str(value)`` cut to ``limit`` characters, ending in "..." when cut."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------------- the logger
+
+
+class RunLogger:
+    """Logs one MLflow run through ``MlflowClient`` (works from any process).
+
+    Usage::
+
+        logger = RunLogger(tracking_uri(cfg), cfg.tracking.experiment)
+        run_id = logger.start(cfg, run_id=resume_id)
+        with logger:                # FINISHED on exit; FAILED + traceback.txt on exception
+            logger.log_metrics(step, {"train/success": 0.5})
+    """
+
+    def __init__(self, uri: str, experiment: str = "hindsight") -> None:
+        self.uri = uri
+        self.experiment = experiment
+        self.client = make_client(uri)
+        self.run_id: str | None = None
+        self._step: int | None = None
+        self._buffer: dict[str, float] = {}
+
+    # -- lifecycle
+    def start(
+        self, cfg: RunConfig, run_id: str | None = None, tags: Mapping[str, str] | None = None
+    ) -> str:
+        """Create a run in the experiment (or continue ``run_id``, setting it RUNNING), set
+        the contract tags plus ``tags``, log params and ``config.json``; return the run id."""
+        all_tags = {**run_tags(cfg), **(tags or {})}
+        if run_id is None:
+            exp = experiment_id(self.client, self.experiment)
+            run = with_retry(
+                self.client.create_run, exp, tags=all_tags, run_name=cfg.tracking.run_name or None
+            )
+            self.run_id = run.info.run_id
+        else:
+            with_retry(self.client.get_run, run_id)  # raises if the id is unknown
+            self.run_id = run_id
+            with_retry(self.client.update_run, run_id, status="RUNNING")
+            self._log_batch(tags=[RunTag(k, truncate(v, MAX_TAG_VAL_LENGTH)) for k, v in all_tags.items()])
+        self.log_params(flatten(resolve(cfg)))
+        self.log_dict(to_dict(cfg), "config.json")
+        return self.run_id
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """Flush buffered metrics and set the terminal status."""
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"status {status!r} is not terminal; valid: {', '.join(TERMINAL_STATUSES)}")
+        self.flush()
+        with_retry(self.client.set_terminated, self._id(), status=status)
+
+    def fail(self, exc: BaseException) -> None:
+        """Log the exception's traceback as ``traceback.txt`` and finish FAILED."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            self.flush()
+        finally:
+            self.log_text(text, "traceback.txt")
+            with_retry(self.client.set_terminated, self._id(), status="FAILED")
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is None:
+            self.finish("FINISHED")
+        else:
+            self.fail(exc)
+
+    # -- params and metrics
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log scalar params (values truncated to MLflow's 6000-char limit).  Params already
+        logged with the same value are skipped (a resumed run); a changed value raises."""
+        existing = with_retry(self.client.get_run, self._id()).data.params
+        new = {k: truncate(v) for k, v in params.items()}
+        changed = sorted(k for k, v in new.items() if k in existing and existing[k] != v)
+        if changed:
+            raise ValueError(f"run {self.run_id} already has different values for params {changed}")
+        todo = [Param(k, v) for k, v in new.items() if k not in existing]
+        for i in range(0, len(todo), MAX_PARAMS_TAGS_PER_BATCH):
+            self._log_batch(params=todo[i : i + MAX_PARAMS_TAGS_PER_BATCH])
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Buffer ``metrics`` for ``step``; moving to another step flushes the previous one,
+        so each step costs one ``log_batch`` (split in chunks of 1000 metrics beyond that)."""
+        if self._step is not None and step != self._step:
+            self.flush()
+        self._step = step
+        self._buffer.update({k: float(v) for k, v in metrics.items()})
+
+    def flush(self) -> None:
+        """Write the buffered step's metrics (no-op when the buffer is empty)."""
+        if not self._buffer:
+            return
+        now = int(time.time() * 1000)
+        items = [Metric(k, v, now, self._step) for k, v in self._buffer.items()]
+        for i in range(0, len(items), MAX_METRICS_PER_BATCH):
+            self._log_batch(metrics=items[i : i + MAX_METRICS_PER_BATCH])
+        self._buffer = {}
+
+    # -- artifacts
+    def log_text(self, text: str, artifact_file: str) -> None:
+        with_retry(self.client.log_text, self._id(), text, artifact_file)
+
+    def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None:
+        self.log_text(json.dumps(data, indent=2, sort_keys=True, default=str), artifact_file)
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
+        with_retry(self.client.log_artifact, self._id(), str(local_path), artifact_path)
+
+    # -- internals
+    def _id(self) -> str:
+        if self.run_id is None:
+            raise RuntimeError("RunLogger.start() must be called before logging")
+        return self.run_id
+
+    def _log_batch(self, **batch: Any) -> None:
+        with_retry(self.client.log_batch, self._id(), **batch)
+
