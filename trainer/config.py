@@ -176,6 +176,10 @@ class WarmStartConfig:
     skill_fraction: float = field(default=0.3, metadata={"ge": 0.0, "le": 1.0})
     # Fraction of demonstrations that also teach writing a skill from a trajectory.
     writer_fraction: float = field(default=0.3, metadata={"ge": 0.0, "le": 1.0})
+    # Reuse a warm-started model across runs with the same model, env, warm-start settings
+    # and seed (e.g. the methods of a study); "" = $HINDSIGHT_CACHE or ~/.cache/hindsight-lab.
+    cache: bool = True
+    cache_dir: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,137 @@
+"""Wiring of one training run: every component the phases use, built once from the config.
+
+:func:`build_context` only wires (STYLE.md #4): environment factory, tokenizer and policy,
+frozen reference, rollout backend, sample builder, writer, optimizer.  The phases
+(:mod:`trainer.stages`, :mod:`trainer.rl`, :mod:`trainer.evaluate`) read it.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+import envs
+from envs.base import Task, TextEnv, expert_policy, run_episode
+from trainer.algos import MethodSpec, get_method
+from trainer.backend import GenerationBackend, make_backend
+from trainer.config import RunConfig
+from trainer.models import load_model, load_pretrained, resolve_device, resolve_dtype
+from trainer.samples import SampleBuilder, analyzer_prompt, analyzer_target
+from trainer.writers import (
+    ExternalWriter,
+    NoWriter,
+    OracleWriter,
+    PrivilegedContext,
+    SelfWriter,
+    StaticWriter,
+    Writer,
+    build_library,
+    load_library,
+)
+
+LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
+TOKENIZER_EPISODES = 120  # expert episodes whose text trains a tiny backbone's tokenizer
+
+
+@dataclass
+class Context:
+    cfg: RunConfig
+    spec: MethodSpec
+    make_env: Callable[[], TextEnv]
+    prompt_env: TextEnv
+    model: torch.nn.Module
+    tokenizer: object
+    builder: SampleBuilder
+    backend: GenerationBackend
+    reference: torch.nn.Module | None = None
+    writer: Writer | None = None
+    library: StaticWriter | None = None
+    privileged: PrivilegedContext | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    train_tasks: list[Task] = field(default_factory=list)
+
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
+    return functools.partial(envs.make, cfg.env.name, max_turns=cfg.env.max_turns,
+                             invalid_penalty=cfg.env.invalid_penalty)
+
+
+def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task]) -> list[str]:
+    """Environment text for a tiny backbone's tokenizer: prompts, observations, expert
+    responses, oracle skills and analyzer prompts of expert episodes with mistakes."""
+    from envs.oracle import OracleWriter as EnvOracle
+
+    env, oracle = make_env(), EnvOracle(make_env)
+    act = expert_policy(0.2, seed="tokenizer")
+    texts = [env.system_prompt(), env.domain_description()]
+    for task in tasks:
+        episode = run_episode(env, task, act)
+        texts.append(env.task_instruction(task))
+        texts += [t.observation + "\n" + t.response for t in episode.turns]
+        hindsight = oracle.write(episode)
+        texts += [m["content"] for m in analyzer_prompt(env.domain_description(), episode)]
+        texts.append(analyzer_target(hindsight))
+    return texts
+
+
+def make_writer(ctx: Context, kind: str) -> Writer:
+    cfg = ctx.cfg
+    builders: dict[str, Callable[[], Writer]] = {
+        "none": NoWriter,
+        "oracle": lambda: OracleWriter(ctx.make_env),
+        "static": lambda: ctx.library,
+        "external": lambda: ExternalWriter(ctx.prompt_env.domain_description(), cfg.writer),
+        "self": lambda: SelfWriter(
+            ctx.model, ctx.tokenizer, lambda m: make_backend(cfg.model, m, ctx.tokenizer),
+            ctx.prompt_env.domain_description(), cfg.writer, cfg.model.max_prompt_tokens),
+    }
+    return builders[kind]()
+
+
+def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
+    """Build every component of a run from a resolved config; ``init_from`` loads the policy
+    and its tokenizer from a saved model directory (a checkpoint) instead of the backbone."""
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    spec = get_method(cfg.algo.method)
+    make_env = env_factory(cfg)
+    prompt_env = make_env()
+    train_tasks = prompt_env.panel(cfg.env.train_split)
+    if init_from is not None:
+        device = resolve_device(cfg.model.device)
+        model, tokenizer = load_pretrained(init_from, resolve_dtype(cfg.model.dtype, device), device)
+        model.train()
+    else:
+        corpus = tokenizer_corpus(make_env, train_tasks[:TOKENIZER_EPISODES]) if cfg.model.backbone == "tiny" else None
+        model, tokenizer = load_model(cfg.model, env_texts=corpus, seed=cfg.seed)
+    builder = SampleBuilder(tokenizer, prompt_env, cfg.env.context, cfg.env.history_window,
+                            cfg.model.max_prompt_tokens)
+    ctx = Context(cfg=cfg, spec=spec, make_env=make_env, prompt_env=prompt_env, model=model,
+                  tokenizer=tokenizer, builder=builder, backend=make_backend(cfg.model, model, tokenizer),
+                  train_tasks=train_tasks)
+    if spec.rollout_skill or spec.eval_skill or cfg.writer.kind == "static":
+        entries = load_library(cfg.writer.library) if cfg.writer.library else \
+            build_library(make_env, train_tasks[-LIBRARY_TASKS:])
+        ctx.library = StaticWriter(entries)
+    if "privileged" in spec.skills:
+        ctx.privileged = PrivilegedContext(make_env)
+    return ctx
+
+
+def start_rl(ctx: Context) -> None:
+    """Freeze the reference policy, build the writer and the optimizer (after the SFT
+    stages, so that the reference and the self writer start from the RL initialisation)."""
+    cfg = ctx.cfg
+    if cfg.algo.kl_coef > 0:
+        ctx.reference = copy.deepcopy(ctx.model).eval().requires_grad_(False)
+    ctx.writer = make_writer(ctx, cfg.writer.kind if ctx.spec.skills else "none")
+    ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=cfg.algo.lr,
+                                      weight_decay=cfg.algo.weight_decay)

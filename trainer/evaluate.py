@@ -1,0 +1,38 @@
+"""Evaluation on the environment's fixed panels (never sampled), without skills except for
+methods whose spec keeps a library skill at evaluation (Skill-Prompt, Skill-GRPO*)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from trainer.context import Context
+from trainer.records import build_records
+from trainer.rollout import Sampling, collect
+
+
+def panel_tasks(ctx: Context, split: str):
+    tasks = ctx.prompt_env.panel(split)
+    limit = ctx.cfg.eval.max_tasks
+    return tasks[:limit] if limit else tasks
+
+
+def evaluate_panels(ctx: Context, step: int) -> tuple[dict[str, float], pd.DataFrame]:
+    """Play every task of each ``eval.splits`` panel once; returns ``eval/<split>/*``
+    metrics and the per-turn records of the episodes."""
+    cfg = ctx.cfg
+    sampling = Sampling(cfg.rollout.max_new_tokens, cfg.eval.temperature, 1.0)
+    metrics, frames = {}, []
+    for split in cfg.eval.splits:
+        tasks = panel_tasks(ctx, split)
+        skills = [ctx.library.retrieve(t) for t in tasks] if ctx.spec.eval_skill else None
+        trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling, skills,
+                                  seed=cfg.seed * 7 + step)
+        episodes = [t.episode for t in trajectories]
+        n = max(1, len(episodes))
+        metrics[f"eval/{split}/success"] = sum(e.success for e in episodes) / n
+        metrics[f"eval/{split}/score"] = sum(e.score for e in episodes) / n
+        metrics[f"eval/{split}/episode_length"] = sum(len(e.turns) for e in episodes) / n
+        metrics[f"eval/{split}/invalid_rate"] = (
+            sum(not t.valid for e in episodes for t in e.turns) / max(1, sum(len(e.turns) for e in episodes)))
+        frames.append(build_records(step, split, trajectories, list(range(len(trajectories)))))
+    return metrics, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

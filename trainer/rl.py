@@ -1,0 +1,244 @@
+"""One RL update (SEED Algorithm 1; ETRO Sec. 3.4) as a short sequence of named phases.
+
+rollout -> write -> score (student/behaviour) -> reference -> teacher -> advantage ->
+update.  Everything method-specific comes from the :class:`~trainer.algos.MethodSpec` and
+the registry (``token_advantages``, ``policy_loss``); nothing here branches on names.
+
+Teacher log-probs (DESIGN.md): ``teacher: old`` scores each skill context once with the
+frozen policy before the update (ETRO, OPID); ``teacher: current`` scores the method's
+primary context with the live policy inside each minibatch (SEED, SDAR).  Both detached.
+A trajectory whose writer output was invalid gets no OPD (its Delta rows are zero and it is
+left out of ``opd_mask``); a valid one without a boundary keeps Positive throughout.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import resource
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from envs.base import Hindsight
+from trainer.algos import CreditInputs, LossInputs, policy_loss, token_advantages
+from trainer.context import Context
+from trainer.rollout import Sampling, collect
+from trainer.samples import Trajectory, assert_same_actions
+from trainer.scoring import ActionBatch, score_trajectories
+
+
+@dataclass
+class PhaseTimer:
+    """Wall time per named phase (``time/<phase>_s``)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{k}_s": v for k, v in self.seconds.items()}
+
+
+@dataclass
+class StepBatch:
+    """What the update and the per-turn records need from one step's data phase."""
+
+    trajectories: list[Trajectory]
+    group_ids: list[int]
+    rollout_skills: list[str | None] | None
+    hindsights: list[Hindsight] | None
+    old: ActionBatch
+    advantages: torch.Tensor
+    logp_ref: torch.Tensor | None
+    teacher: dict[str, torch.Tensor]
+    opd_rows: torch.Tensor
+    deltas: dict[str, torch.Tensor]
+    generated_tokens: int = 0
+    adv_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def skill_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None]:
+    """The text spliced into each trajectory's context for teacher context ``context``:
+    the writer's Positive / Negative skill or the privileged context (None = no skill)."""
+    texts = []
+    for traj, h in zip(batch.trajectories, batch.hindsights or [None] * len(batch.trajectories)):
+        if context == "privileged":
+            texts.append(ctx.privileged(traj.task))
+        elif h is None or not h.valid:
+            texts.append(None)
+        else:
+            texts.append(h.positive_skill if context == "positive" else (h.negative_skill or None))
+    return [_join(r, s) for r, s in zip(batch.rollout_skills or [None] * len(texts), texts)]
+
+
+def _join(rollout_skill: str | None, skill: str | None) -> str | None:
+    parts = [p for p in (rollout_skill, skill) if p]
+    return "\n".join(parts) if parts else None
+
+
+def _score(ctx: Context, model, trajectories, skills, grad=False, entropy=False) -> ActionBatch:
+    batch, _ = score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=16, grad=grad,
+                                  with_entropy=entropy)
+    return batch
+
+
+def _teacher_logp(ctx: Context, model, batch: StepBatch, context: str, rows=None) -> torch.Tensor:
+    """Teacher log-probs [B, T] of ``context``; rows without that skill get the student's
+    own log-probs (Delta = 0), and identical action tokens are asserted."""
+    texts = skill_texts(ctx, context, batch)
+    trajs = batch.trajectories if rows is None else [batch.trajectories[i] for i in rows]
+    texts = texts if rows is None else [texts[i] for i in rows]
+    student_ctx = batch.rollout_skills if rows is None or batch.rollout_skills is None \
+        else [batch.rollout_skills[i] for i in rows]
+    student_seq = ctx.builder.build_batch(trajs, student_ctx)
+    teacher, teacher_seq = score_trajectories(model, ctx.builder, trajs, texts, micro_batch=16)
+    assert_same_actions(student_seq, teacher_seq)
+    return teacher.logp
+
+
+def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
+    """Phases rollout, write, score, reference, teacher (old), advantage."""
+    cfg, spec = ctx.cfg, ctx.spec
+    rng = random.Random(f"tasks:{cfg.seed}:{step}")
+    tasks = rng.sample(ctx.train_tasks, cfg.rollout.tasks_per_step)
+    batch_tasks = [t for t in tasks for _ in range(cfg.rollout.group_size)]
+    group_ids = [g for g in range(len(tasks)) for _ in range(cfg.rollout.group_size)]
+    rollout_skills = [ctx.library.retrieve(t) for t in batch_tasks] if spec.rollout_skill else None
+    sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
+    with timer("rollout"):
+        trajectories, generated = collect(ctx.make_env, batch_tasks, ctx.builder, ctx.backend, sampling,
+                                          rollout_skills, seed=cfg.seed * 100_003 + step * 101)
+    with timer("write"):
+        hindsights = ctx.writer.write(trajectories) if spec.skills else None
+    with timer("score"):
+        old = _score(ctx, ctx.model, trajectories, rollout_skills, entropy=True)
+    logp_ref = None
+    if ctx.reference is not None:
+        with timer("reference"):
+            logp_ref = _score(ctx, ctx.reference, trajectories, rollout_skills).logp
+    valid = [h is not None and h.valid for h in hindsights] if hindsights else [False] * len(trajectories)
+    batch = StepBatch(trajectories, group_ids, rollout_skills, hindsights, old, old.logp.new_zeros(()), logp_ref,
+                      {}, torch.tensor(valid, device=old.logp.device), {}, generated)
+    if spec.skills and spec.teacher == "old":
+        with timer("teacher"):
+            for context in spec.skills:
+                batch.teacher[context] = _teacher_logp(ctx, ctx.model, batch, context)
+    for context, logp in batch.teacher.items():
+        batch.deltas[context] = (logp - old.logp) * old.mask * batch.opd_rows[:, None]  # [B, T]
+    with timer("advantage"):
+        batch.advantages, batch.adv_metrics = token_advantages(spec, credit_inputs(batch, step, cfg.seed), cfg.algo)
+    return batch
+
+
+def credit_inputs(batch: StepBatch, step: int, seed: int) -> CreditInputs:
+    episodes = [t.episode for t in batch.trajectories]
+    device = batch.old.logp.device
+    error_turn = [(-1 if h is None or not h.valid or h.error_turn is None else h.error_turn)
+                  for h in (batch.hindsights or [None] * len(episodes))]
+    return CreditInputs(
+        rewards=torch.tensor([e.total_reward for e in episodes], dtype=torch.float32, device=device),
+        group_ids=torch.tensor(batch.group_ids, device=device),
+        mask=batch.old.mask, turn_ids=batch.old.turn_ids,
+        success=torch.tensor([e.success for e in episodes], device=device),
+        error_turn=torch.tensor(error_turn, device=device),
+        delta_pos=batch.deltas.get("positive"), delta_neg=batch.deltas.get("negative"),
+        delta_priv=batch.deltas.get("privileged"),
+        step=step, generator=torch.Generator().manual_seed(seed * 7919 + step),
+    )
+
+
+def update(ctx: Context, batch: StepBatch, step: int, timer: PhaseTimer) -> tuple[dict[str, float], bool]:
+    """PPO epochs over trajectory minibatches.  Returns (mean loss metrics, finite)."""
+    cfg, spec = ctx.cfg, ctx.spec
+    n = len(batch.trajectories)
+    size = cfg.algo.minibatch_size or n
+    order = list(range(n))
+    random.Random(f"mb:{cfg.seed}:{step}").shuffle(order)
+    sums: dict[str, float] = {}
+    count, finite = 0, True
+    with timer("update"):
+        for _ in range(cfg.algo.ppo_epochs):
+            for start in range(0, n, size):
+                rows = order[start:start + size]
+                metrics, ok = _minibatch(ctx, batch, rows, timer)
+                finite &= ok
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+    return {k: v / max(count, 1) for k, v in sums.items()}, finite
+
+
+def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTimer) -> tuple[dict[str, float], bool]:
+    cfg, spec = ctx.cfg, ctx.spec
+    trajs = [batch.trajectories[i] for i in rows]
+    skills = None if batch.rollout_skills is None else [batch.rollout_skills[i] for i in rows]
+    cur = _score(ctx, ctx.model, trajs, skills, grad=True)
+    width = cur.logp.shape[1]
+    index = torch.tensor(rows, device=cur.logp.device)
+    take = lambda x: None if x is None else x[index, :width]  # noqa: E731  [b, T']
+    teacher = None
+    if spec.skills:
+        primary = spec.skills[0]
+        if spec.teacher == "current":
+            with timer("teacher"):
+                teacher = _teacher_logp(ctx, ctx.model, batch, primary, rows)[:, :width]
+        else:
+            teacher = take(batch.teacher[primary])
+    inputs = LossInputs(logp=cur.logp, logp_old=take(batch.old.logp), advantages=take(batch.advantages),
+                        mask=take(batch.old.mask), logp_ref=take(batch.logp_ref), logp_teacher=teacher,
+                        opd_mask=take(batch.old.mask * batch.opd_rows[:, None]))
+    loss, metrics = policy_loss(spec, inputs, cfg.algo)
+    if not torch.isfinite(loss):
+        ctx.optimizer.zero_grad(set_to_none=True)
+        return metrics, False
+    ctx.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.algo.grad_clip > 0:
+        metrics["update/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.algo.grad_clip))
+    ctx.optimizer.step()
+    return metrics, True
+
+
+def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str, float]:
+    """Rollout, writer and performance metrics of one step (loss metrics come from update)."""
+    episodes = [t.episode for t in batch.trajectories]
+    turns = [t for e in episodes for t in e.turns]
+    mask = batch.old.mask
+    metrics = {
+        "train/success": _mean([e.success for e in episodes]),
+        "train/score": _mean([e.score for e in episodes]),
+        "train/reward": _mean([e.total_reward for e in episodes]),
+        "train/episode_length": _mean([len(e.turns) for e in episodes]),
+        "train/invalid_rate": _mean([not t.valid for t in turns]),
+        "train/entropy": float((batch.old.entropy * mask).sum() / mask.sum().clamp(min=1)),
+    }
+    metrics.update(batch.adv_metrics)
+    if batch.hindsights is not None:
+        skills = [h.positive_skill for h in batch.hindsights if h.valid]
+        metrics["writer/invalid_rate"] = _mean([not h.valid for h in batch.hindsights])
+        metrics["writer/skill_tokens"] = _mean([len(ctx.tokenizer.encode(s)) for s in skills]) if skills else 0.0
+        metrics["writer/boundary_rate"] = _mean([h.error_turn is not None for h in batch.hindsights if h.valid])
+    metrics["perf/tokens_per_s"] = batch.generated_tokens / max(timer.seconds.get("rollout", 0.0), 1e-9)
+    metrics["perf/peak_mem_mb"] = peak_memory_mb()
+    metrics.update(timer.metrics())
+    return metrics
+
+
+def peak_memory_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _mean(values) -> float:
+    values = [float(v) for v in values]
+    return sum(values) / len(values) if values else math.nan

@@ -1,0 +1,87 @@
+"""Batched rollouts: many episodes advanced in lockstep, one generation call per turn.
+
+Every active episode's next prompt is built by the run's :class:`~trainer.samples.SampleBuilder`
+(the same builder that later scores the turn), all prompts of a turn go to the backend in
+one batched call, and each sampled response is applied with :func:`envs.base.play_turn`.
+The sampled token ids are kept with the turn: they are exactly what gets scored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from envs.base import StepResult, Task, TextEnv, Turn, finish_episode, play_turn
+from trainer.backend import GenerationBackend
+from trainer.samples import SampleBuilder, Trajectory
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Decoding settings of one rollout call (temperature 0 = greedy)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass
+class _Live:
+    """One episode in flight."""
+
+    env: TextEnv
+    task: Task
+    skill: str | None
+    observation: str
+    first_observation: str
+    turns: list[Turn]
+    response_ids: list[list[int]]
+    last: StepResult | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.last is not None and (self.last.done or len(self.turns) >= self.env.max_turns)
+
+
+def collect(
+    make_env: Callable[[], TextEnv],
+    tasks: Sequence[Task],
+    builder: SampleBuilder,
+    backend: GenerationBackend,
+    sampling: Sampling,
+    skills: Sequence[str | None] | None = None,
+    seed: int | None = None,
+) -> tuple[list[Trajectory], int]:
+    """Play one episode per entry of ``tasks`` (repeat a task N times for a GRPO group).
+
+    ``skills[i]`` (None = none) is spliced into episode i's actor context (Skill-GRPO,
+    Skill-Prompt).  ``seed`` makes sampling reproducible: turn r uses ``seed + r``.
+    Returns the trajectories in input order and the number of generated tokens.
+    """
+    skills = [None] * len(tasks) if skills is None else list(skills)
+    if len(skills) != len(tasks):
+        raise ValueError(f"{len(skills)} skills for {len(tasks)} tasks")
+    live = []
+    for task, skill in zip(tasks, skills):
+        env = make_env()
+        obs = env.reset(task)
+        live.append(_Live(env, task, skill, obs, obs, [], []))
+    generated, turn_index = 0, 0
+    while active := [ep for ep in live if not ep.done]:
+        prompts = [builder.rollout_prompt(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill) for ep in active]
+        outs = backend.generate(
+            prompts, max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+            top_p=sampling.top_p, seed=None if seed is None else seed + turn_index,
+        )
+        for ep, out in zip(active, outs):
+            turn, ep.last = play_turn(ep.env, ep.observation, out.text)
+            ep.turns.append(turn)
+            ep.response_ids.append(out.token_ids)
+            ep.observation = ep.last.observation
+            generated += len(out.token_ids)
+        turn_index += 1
+    trajectories = [
+        Trajectory(finish_episode(ep.task, ep.turns, ep.first_observation, ep.last), tuple(map(tuple, ep.response_ids)))
+        for ep in live
+    ]
+    return trajectories, generated

@@ -1,0 +1,194 @@
+"""Entry points: :func:`train` (warm start, Stage 1, Stage 2 RL, evaluation, checkpoints,
+MLflow) and :func:`evaluate` (a checkpoint on the fixed panels).
+
+The loop is a short sequence of named phases; each lives in its own module:
+``stages`` (SFT stages), ``rl`` (rollout, write, score, advantage, update), ``evaluate``,
+``records``, ``checkpoint``; tracking goes through :class:`trainer.tracking.RunLogger`.
+A crash marks the run FAILED with its traceback (``traceback.txt``); ``resume=True``
+continues the newest complete checkpoint in the same MLflow run at the same step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from trainer.checkpoint import TrainerState, latest_checkpoint, load_trainer_state, save_checkpoint
+from trainer.config import RunConfig, resolve
+from trainer.context import Context, build_context, start_rl
+from trainer.evaluate import evaluate_panels
+from trainer.records import build_records
+from trainer.rl import PhaseTimer, collect_batch, step_metrics, update
+from trainer.stages import load_cached_warm_start, save_warm_start, skill_sft, warm_start, warm_start_cache
+from trainer.tracking import RunLogger, tracking_uri
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many consecutive RL steps had a NaN/inf loss."""
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    final_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, progress: bool = True) -> RunResult:
+    """Train ``cfg`` end to end and log it to MLflow (``run_id``: continue that run, as
+    sweeps do after creating the child run).  Raises after marking the run FAILED."""
+    cfg = resolve(cfg)
+    out = Path(cfg.output.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = latest_checkpoint(out) if resume else None
+    if ckpt is not None and run_id is None:
+        run_id = torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"]["run_id"] or None
+    logger = RunLogger(tracking_uri(cfg), cfg.tracking.experiment)
+    run_id = logger.start(cfg, run_id=run_id)
+    try:
+        final = _train(cfg, logger, out, ckpt, progress)
+    except BaseException as exc:
+        logger.fail(exc)
+        raise
+    logger.finish("FINISHED")
+    return RunResult(run_id, "FINISHED", final)
+
+
+def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, progress: bool) -> dict[str, float]:
+    cache = warm_start_cache(cfg) if ckpt is None else None
+    cached = load_cached_warm_start(cache)
+    init = str(ckpt / "model") if ckpt is not None else cached
+    ctx = build_context(cfg, init_from=init)
+    if ckpt is None:
+        _sft_stages(ctx, logger, progress, cache, cached)
+        start_rl(ctx)
+        state = TrainerState(run_id=logger.run_id)
+        final = _evaluate(ctx, logger, out, 0, batch=None)
+    else:
+        start_rl(ctx)
+        state = load_trainer_state(ckpt, ctx.optimizer)
+        state.run_id = logger.run_id
+        final = {}
+    steps = cfg.stages.rl.steps if ctx.spec.trains else 0
+    bar = tqdm(range(state.step + 1, steps + 1), desc=f"{cfg.algo.method}/{cfg.env.name}",
+               disable=not progress, initial=state.step, total=steps)
+    for step in bar:
+        metrics, batch = _rl_step(ctx, state, step)
+        if _due(step, cfg.eval.every, steps):
+            metrics.update(_evaluate(ctx, logger, out, step, batch))
+            final = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+        logger.log_metrics(step, metrics)
+        state.step = step
+        if _due(step, cfg.output.checkpoint_every, steps):
+            logger.flush()
+            save_checkpoint(out, state, ctx.model, ctx.tokenizer, ctx.optimizer, cfg.output.keep_checkpoints)
+        bar.set_postfix(success=f"{metrics['train/success']:.2f}")
+    logger.flush()
+    return final
+
+
+def _due(step: int, every: int, last: int) -> bool:
+    return step == last or (every > 0 and step % every == 0)
+
+
+def _sft_stages(ctx: Context, logger: RunLogger, progress: bool, cache: Path | None, cached: str | None) -> None:
+    stages = ctx.cfg.stages
+    if cached is not None:
+        metrics = json.loads((Path(cached).parent / "metrics.json").read_text())
+        logger.log_metrics(0, {**metrics, "warm/cached": 1.0})
+    elif stages.warm_start.enabled:
+        with _bar(progress, "warm start") as bar:
+            timer = PhaseTimer()
+            with timer("warm_start"):
+                metrics = warm_start(ctx, bar)
+            metrics.update(timer.metrics())
+        logger.log_metrics(0, {**metrics, "warm/cached": 0.0})
+        if cache is not None:
+            save_warm_start(ctx, cache, metrics)
+    if stages.skill_sft.enabled:
+        with _bar(progress, "skill SFT") as bar:
+            timer = PhaseTimer()
+            with timer("skill_sft"):
+                metrics = skill_sft(ctx, bar)
+            logger.log_metrics(0, {**metrics, **timer.metrics()})
+
+
+@contextlib.contextmanager
+def _bar(progress: bool, desc: str):
+    bar = tqdm(desc=desc, unit="batch", disable=not progress)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def _rl_step(ctx: Context, state: TrainerState, step: int):
+    timer = PhaseTimer()
+    batch = collect_batch(ctx, step, timer)
+    loss_metrics, finite = update(ctx, batch, step, timer)
+    ctx.writer.on_update(step, ctx.model)
+    in_row = state.extra.get("nonfinite_in_row", 0)
+    if finite:
+        state.extra["nonfinite_in_row"] = 0
+    else:
+        state.nonfinite_steps += 1
+        state.extra["nonfinite_in_row"] = in_row + 1
+        if in_row + 1 >= ctx.cfg.stages.rl.max_nonfinite_in_row:
+            raise NonFiniteLossError(
+                f"{in_row + 1} consecutive RL steps had a non-finite loss (last at step {step}); "
+                "lower algo.lr or check the inputs (stages.rl.max_nonfinite_in_row sets the limit)")
+    metrics = step_metrics(ctx, batch, timer)
+    metrics.update({k: v for k, v in loss_metrics.items() if math.isfinite(v)})
+    metrics["train/nonfinite_steps"] = state.nonfinite_steps
+    return metrics, batch
+
+
+def _evaluate(ctx: Context, logger: RunLogger, out: Path, step: int, batch) -> dict[str, float]:
+    """Panels, per-turn records (evaluation episodes plus the step's training batch) and
+    sample skills, logged as artifacts."""
+    timer = PhaseTimer()
+    with timer("eval"):
+        metrics, records = evaluate_panels(ctx, step)
+    metrics.update(timer.metrics())
+    frames = [records]
+    if batch is not None:
+        frames.append(build_records(step, "train", batch.trajectories, batch.group_ids, batch.hindsights,
+                                    batch.deltas, batch.old.turn_ids, batch.old.mask, ctx.cfg.algo.beta_opd))
+        if batch.hindsights:
+            logger.log_text(_skills_text(batch), f"skills/step_{step:06d}.txt")
+    if ctx.cfg.tracking.records:
+        path = out / "records" / f"step_{step:06d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.concat(frames, ignore_index=True).to_parquet(path, index=False)
+        logger.log_artifact(path, "records")
+    logger.log_metrics(step, metrics)
+    return metrics
+
+
+def _skills_text(batch, limit: int = 8) -> str:
+    blocks = []
+    for traj, h in list(zip(batch.trajectories, batch.hindsights))[:limit]:
+        blocks.append(
+            f"# task {traj.task.id} success={traj.episode.success} valid={h.valid} error_turn={h.error_turn}\n"
+            f"positive: {h.positive_skill}\nnegative: {h.negative_skill}\n")
+    return "\n".join(blocks)
+
+
+def evaluate(cfg: RunConfig, checkpoint: str | None = None) -> dict[str, float]:
+    """Evaluate a checkpoint (default: the newest in ``output.dir``) on the fixed panels."""
+    cfg = resolve(cfg)
+    path = checkpoint or latest_checkpoint(cfg.output.dir)
+    if path is None:
+        raise FileNotFoundError(f"no checkpoint under {cfg.output.dir}/checkpoints; pass --checkpoint")
+    path = Path(path)
+    model_dir = path / "model" if (path / "model").is_dir() else path
+    ctx = build_context(cfg, init_from=str(model_dir))
+    metrics, _ = evaluate_panels(ctx, step=0)
+    return metrics

@@ -1,0 +1,69 @@
+"""Supervised fine-tuning on token sequences: NLL of the masked tokens.
+
+One function serves both SFT stages: the warm start (behaviour cloning on scripted-expert
+demonstrations) and SEED's Stage 1 (trajectory -> hindsight skill, review Eq. SFT).  Each
+example is a :class:`~trainer.samples.TokenSequence` whose ``action_mask`` marks the target
+tokens; the loss is the token-mean NLL over the targets of a minibatch.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import torch
+
+from trainer.samples import TokenSequence
+from trainer.scoring import sequence_logprobs
+
+
+def example(prompt_ids: Sequence[int], target_ids: Sequence[int]) -> TokenSequence:
+    """A prompt -> target example (the loss covers the target tokens only)."""
+    n, m = len(prompt_ids), len(target_ids)
+    return TokenSequence(tuple(prompt_ids) + tuple(target_ids), (0,) * n + (1,) * m, (-1,) * n + (0,) * m)
+
+
+def sft(
+    model,
+    examples: Sequence[TokenSequence],
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    weight_decay: float = 0.0,
+    grad_clip: float = 1.0,
+    progress=None,
+) -> dict[str, float]:
+    """Fine-tune ``model`` in place; returns ``{"sft/loss_first", "sft/loss_last",
+    "sft/examples", "sft/tokens"}`` (mean loss of the first and the last epoch)."""
+    if not examples:
+        raise ValueError("sft: no examples")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    rng = random.Random(f"sft:{seed}")
+    order = list(range(len(examples)))
+    epoch_losses = []
+    model.train()
+    for _ in range(epochs):
+        rng.shuffle(order)
+        total, count = 0.0, 0
+        for start in range(0, len(order), batch_size):
+            batch = [examples[i] for i in order[start:start + batch_size]]
+            logp, _ = sequence_logprobs(model, batch, micro_batch=batch_size, grad=True, with_entropy=False)  # [N, L]
+            mask = torch.stack([torch.nn.functional.pad(torch.tensor(s.action_mask, dtype=logp.dtype),
+                                                        (0, logp.shape[1] - len(s))) for s in batch]).to(logp.device)  # [N, L]
+            loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            optimizer.step()
+            total, count = total + loss.item(), count + 1
+            if progress is not None:
+                progress.update(1)
+        epoch_losses.append(total / max(count, 1))
+    return {
+        "sft/loss_first": epoch_losses[0],
+        "sft/loss_last": epoch_losses[-1],
+        "sft/examples": float(len(examples)),
+        "sft/tokens": float(sum(sum(s.action_mask) for s in examples)),
+    }

@@ -1,0 +1,224 @@
+"""Hindsight writers: one interface, ``write(trajectories) -> list[Hindsight]``.
+
+DESIGN.md, "Writers":
+
+* ``self``: the policy's own frozen checkpoint writes the skill with the analyzer prompt
+  (SEED's self-evolving analyzer).  ``refresh_every`` = 1 uses the policy as it was at
+  rollout time (theta_old); k > 1 refreshes a frozen copy every k updates; 0 never does
+  (the staleness ablations).
+* ``oracle``: privileged state of a built-in environment (:mod:`envs.oracle`): correct
+  skills and the ground-truth first unrecovered decisive error.
+* ``external``: an OpenAI-compatible chat endpoint (``vllm serve`` of a large model).
+* ``static``: a fixed skill library, retrieved by task-instruction overlap (Skill-SD,
+  Skill-GRPO, SDAR, SEED's static-library ablation).
+* ``none``: methods without hindsight.
+
+Malformed output is never used silently: it comes back with ``valid=False`` and is counted
+(``writer/invalid_rate``); the trainer then gives that trajectory no OPD (a valid output
+without a boundary keeps Positive guidance throughout, ETRO's k = infinity).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from typing import Callable, Protocol, Sequence
+
+from envs.base import Hindsight, Task, TextEnv, expert_policy, run_episode
+from trainer.config import WriterConfig
+from trainer.samples import Trajectory, analyzer_prompt, encode_chat, parse_analyzer_output
+
+INVALID = Hindsight(positive_skill="", valid=False)
+
+
+class Writer(Protocol):
+    kind: str
+
+    def write(self, trajectories: Sequence[Trajectory]) -> list[Hindsight]: ...
+
+    def on_update(self, step: int, policy) -> None:
+        """Called after RL update ``step`` with the live policy model."""
+
+
+class NoWriter:
+    kind = "none"
+
+    def write(self, trajectories):
+        return [INVALID for _ in trajectories]
+
+    def on_update(self, step, policy):
+        pass
+
+
+class OracleWriter:
+    """Privileged writer of the built-in environments (envs/oracle.py)."""
+
+    kind = "oracle"
+
+    def __init__(self, make_env: Callable[[], TextEnv]):
+        from envs.oracle import OracleWriter as EnvOracle
+
+        self._oracle = EnvOracle(make_env)
+
+    def write(self, trajectories):
+        return [self._oracle.write(t.episode) for t in trajectories]
+
+    def on_update(self, step, policy):
+        pass
+
+
+class SelfWriter:
+    """The policy's own (frozen) checkpoint as analyzer (SEED Algorithm 1, line 11)."""
+
+    kind = "self"
+
+    def __init__(self, policy, tokenizer, backend_factory, domain: str, cfg: WriterConfig, max_prompt_tokens: int):
+        self.tokenizer, self.domain, self.cfg = tokenizer, domain, cfg
+        self.max_prompt_tokens = max_prompt_tokens
+        self._backend_factory = backend_factory
+        self.snapshot = policy if cfg.refresh_every == 1 else _frozen_copy(policy)
+        self.backend = backend_factory(self.snapshot)
+
+    def write(self, trajectories):
+        prompts = [self._prompt(t) for t in trajectories]
+        outs = self.backend.generate(
+            prompts, max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p, stop_strings=("</negative>",),
+        )
+        return [parse_analyzer_output(o.text, len(t.turns)) for o, t in zip(outs, trajectories)]
+
+    def _prompt(self, traj: Trajectory) -> list[int]:
+        chars = 600
+        while True:
+            ids = encode_chat(self.tokenizer, analyzer_prompt(self.domain, traj.episode, chars))
+            if len(ids) <= self.max_prompt_tokens or chars <= 40:
+                return ids[-self.max_prompt_tokens:]
+            chars //= 2
+
+    def on_update(self, step: int, policy) -> None:
+        every = self.cfg.refresh_every
+        if every == 1:
+            self.snapshot = policy
+            self.backend.sync_weights(policy)
+        elif every > 1 and step % every == 0:
+            self.snapshot.load_state_dict(policy.state_dict())
+            self.backend.sync_weights(self.snapshot)
+
+
+def _frozen_copy(model):
+    clone = copy.deepcopy(model)
+    clone.eval()
+    clone.requires_grad_(False)
+    return clone
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z]+", text.lower()))
+
+
+class StaticWriter:
+    """A fixed skill library: entries ``{"instruction", "skill"}``; each trajectory gets the
+    skill of the entry whose instruction shares the most words with its task (Jaccard)."""
+
+    kind = "static"
+
+    def __init__(self, library: Sequence[dict]):
+        if not library:
+            raise ValueError("static writer: the skill library is empty")
+        self.library = [(_words(e["instruction"]), e["skill"]) for e in library]
+
+    def retrieve(self, task: Task) -> str:
+        words = _words(task.instruction)
+        best = max(self.library, key=lambda e: len(words & e[0]) / max(1, len(words | e[0])))
+        return best[1]
+
+    def write(self, trajectories):
+        return [Hindsight(positive_skill=self.retrieve(t.task)) for t in trajectories]
+
+    def on_update(self, step, policy):
+        pass
+
+
+def build_library(make_env: Callable[[], TextEnv], tasks: Sequence[Task]) -> list[dict]:
+    """A static library from expert episodes of ``tasks`` annotated by the oracle writer
+    (an offline library written once, before training, as in the papers' static baselines)."""
+    from envs.oracle import OracleWriter as EnvOracle
+
+    oracle, env = EnvOracle(make_env), make_env()
+    act = expert_policy(0.0, seed="library")
+    return [
+        {"instruction": t.instruction, "skill": oracle.write(run_episode(env, t, act)).positive_skill}
+        for t in tasks
+    ]
+
+
+def load_library(path: str) -> list[dict]:
+    with open(path) as f:
+        entries = json.load(f)
+    bad = [i for i, e in enumerate(entries) if not {"instruction", "skill"} <= set(e)]
+    if bad:
+        raise ValueError(f"skill library {path}: entries {bad[:5]} lack 'instruction' or 'skill'")
+    return entries
+
+
+class ExternalWriter:
+    """An OpenAI-compatible ``/chat/completions`` endpoint; the analyzer prompt and format
+    are the self writer's.  Transport errors are retried ``max_retries`` times with backoff;
+    then (and for malformed output) the trajectory gets an invalid Hindsight."""
+
+    kind = "external"
+
+    def __init__(self, domain: str, cfg: WriterConfig):
+        if not cfg.endpoint:
+            raise ValueError("writer.endpoint is empty: set the chat-completions base URL for the external writer")
+        self.domain, self.cfg = domain, cfg
+
+    def _request(self, messages: list[dict]) -> str:
+        body = json.dumps({
+            "model": self.cfg.model, "messages": messages, "temperature": self.cfg.temperature,
+            "top_p": self.cfg.top_p, "max_tokens": self.cfg.max_new_tokens,
+        }).encode()
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.cfg.api_key_env, "")
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        url = self.cfg.endpoint.rstrip("/") + "/chat/completions"
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self.cfg.timeout_s) as response:
+            return json.load(response)["choices"][0]["message"]["content"]
+
+    def write(self, trajectories):
+        out = []
+        for traj in trajectories:
+            text = None
+            for attempt in range(self.cfg.max_retries + 1):
+                try:
+                    text = self._request(analyzer_prompt(self.domain, traj.episode))
+                    break
+                except (urllib.error.URLError, TimeoutError, KeyError, ValueError):
+                    time.sleep(min(2.0**attempt, 10.0) * 0.1)
+            out.append(INVALID if text is None else parse_analyzer_output(text, len(traj.turns)))
+        return out
+
+    def on_update(self, step, policy):
+        pass
+
+
+class PrivilegedContext:
+    """OPSD's privileged teacher context: the expert's full plan for the task from its
+    initial state ("Reference solution: ..."), cached per task."""
+
+    def __init__(self, make_env: Callable[[], TextEnv]):
+        self._env, self._cache = make_env(), {}
+        self._act = expert_policy(0.0, seed="privileged")
+
+    def __call__(self, task: Task) -> str:
+        if task.id not in self._cache:
+            episode = run_episode(self._env, task, self._act)
+            self._cache[task.id] = "Reference solution: " + "; ".join(episode.actions)
+        return self._cache[task.id]
