@@ -156,12 +156,45 @@ def eval_command(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- sweeps, status, ui, report (imported lazily: Ray and MLflow load only when used) ------
+
+
+def _lazy(module: str, name: str, purpose: str) -> Handler:
+    def handler(args: argparse.Namespace) -> int:
+        return getattr(_import(module, purpose), name)(args)
+
+    return handler
+
+
+def _lazy_args(module: str, name: str) -> AddArguments:
+    return lambda parser: getattr(importlib.import_module(module), name)(parser)
+
+
+def _sweep_handler(module: str, name: str, doc: str, purpose: str) -> Handler:
+    handler = _lazy(module, name, purpose)
+    handler.__doc__ = doc
+    return handler
+
+
 # The extension point: subcommand name -> (add_arguments, handler).
 COMMANDS: dict[str, tuple[AddArguments, Handler]] = {
     "validate": (_validate_args, validate_command),
     "methods": (_methods_args, methods_command),
     "train": (_train_args, train_command),
     "eval": (_eval_args, eval_command),
+    "sweep": (_lazy_args("sweeps.runner", "add_sweep_arguments"),
+              _sweep_handler("sweeps.runner", "sweep_command",
+                             "Launch or continue a study on Ray Tune (skips finished trials).", "sweeping")),
+    "status": (_lazy_args("sweeps.status", "add_status_arguments"),
+               _sweep_handler("sweeps.status", "status_command",
+                              "Cells x seeds of a study: finished/running/failed/missing; exit 0 when complete.",
+                              "study status")),
+    "ui": (_lazy_args("sweeps.status", "add_ui_arguments"),
+           _sweep_handler("sweeps.status", "ui_command",
+                          "Serve the MLflow UI on 127.0.0.1 against a study's store.", "the MLflow UI")),
+    "report": (_lazy_args("sweeps.report", "add_report_arguments"),
+               _sweep_handler("sweeps.report", "report_command",
+                              "Regenerate a study's paper tables and figures from its tracked runs.", "reports")),
 }
 
 

@@ -326,7 +326,8 @@ def load_study(path: str | Path, out: str | Path | None = None) -> Study:
 
 def make_trial(study: Study, overrides: Mapping[str, Any], seed: int) -> Trial:
     """The trial of ``study`` for the cell given by ``overrides`` and ``seed``: outputs
-    under ``<out>/trials/<cell_id>-s<seed>``, tracked in the study's store."""
+    under ``<out>/trials/<cell_id>-s<seed>``, warm starts cached under ``<out>/cache``,
+    tracked in the study's store."""
     cfg = apply_overrides(study.base, {**overrides, "seed": seed})
     cid = cell_id(cfg)
     name = f"{cid}-s{seed}"
@@ -336,6 +337,9 @@ def make_trial(study: Study, overrides: Mapping[str, Any], seed: int) -> Trial:
                          run_name=f"{cfg.algo.method}-{name}"),
         output=replace(cfg.output, dir=str(study.out_dir / "trials" / name)),
     )
+    if not cfg.stages.warm_start.cache_dir:  # trials of a study share warm starts per seed
+        warm = replace(cfg.stages.warm_start, cache_dir=str(study.out_dir / "cache"))
+        cfg = replace(cfg, stages=replace(cfg.stages, warm_start=warm))
     return Trial(cfg=cfg, cell_id=cid, seed=seed, overrides=tuple(overrides.items()))
 
 

@@ -48,7 +48,7 @@ T = TypeVar("T")
 KIND_TAG = "hindsight.kind"
 PARENT_TAG = "mlflow.parentRunId"
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
-CELL_EXCLUDE = ("seed", "tracking", "output")
+CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages.warm_start.cache_dir")
 _LOCKED = ("database is locked", "database table is locked")
 
 
