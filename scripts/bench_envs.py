@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import envs
 from envs.base import expert_policy, run_episode
 
-TARGETS = {"household": 5000.0}
+TARGETS = {"household": 5000.0, "shop": 1000.0}
+SEARCH_TARGET = 500.0  # searchqa searches/s over a 20,000-passage corpus
 
 
 def bench(name: str, seconds: float, epsilon: float) -> dict:
@@ -66,6 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         missed += bool(target and r["steps_per_s"] < target)
         print(f"{name:<10} {r['steps_per_s']:>10,.0f} {r['wall_steps_per_s']:>10,.0f} "
               f"{r['episodes_per_s']:>11,.1f} {r['success']:>8.1%} {r['steps']:>8,}  {verdict}")
+    if "searchqa" in args.envs:
+        from envs.searchqa import search_throughput
+
+        s = search_throughput(n_passages=20000)
+        ok = s["searches_per_s"] >= SEARCH_TARGET
+        missed += not ok
+        print(f"searchqa retrieval: {s['searches_per_s']:,.0f} searches/s over {int(s["passages"]):,} passages "
+              f"(index built in {s['index_build_s']:.1f}s)  {'>=' if ok else '<'} {SEARCH_TARGET:,.0f} "
+              f"{'ok' if ok else 'MISSED'}")
     return 1 if missed else 0
 
 
