@@ -85,21 +85,20 @@ def _join(rollout_skill: str | None, skill: str | None) -> str | None:
     return "\n".join(parts) if parts else None
 
 
-def _score(ctx: Context, model, trajectories, skills, grad=False, entropy=False) -> ActionBatch:
-    batch, _ = score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=16, grad=grad,
-                                  with_entropy=entropy)
-    return batch
+def _score(ctx: Context, model, trajectories, skills, grad=False, entropy=False) -> tuple[ActionBatch, list]:
+    """Scored [B, T] action tokens and the sequences they came from."""
+    return score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=16, grad=grad,
+                              with_entropy=entropy)
 
 
-def _teacher_logp(ctx: Context, model, batch: StepBatch, context: str, rows=None) -> torch.Tensor:
-    """Teacher log-probs [B, T] of ``context``; rows without that skill get the student's
-    own log-probs (Delta = 0), and identical action tokens are asserted."""
+def _teacher_logp(ctx: Context, model, batch: StepBatch, context: str, student_seq, rows=None) -> torch.Tensor:
+    """Teacher log-probs [B, T] of ``context`` for ``rows`` (default all); rows without that
+    skill get the student's own log-probs (Delta = 0).  ``student_seq`` are the student
+    sequences of the same rows, already built by the scoring pass; the teacher must score
+    identical action tokens (asserted)."""
     texts = skill_texts(ctx, context, batch)
     trajs = batch.trajectories if rows is None else [batch.trajectories[i] for i in rows]
     texts = texts if rows is None else [texts[i] for i in rows]
-    student_ctx = batch.rollout_skills if rows is None or batch.rollout_skills is None \
-        else [batch.rollout_skills[i] for i in rows]
-    student_seq = ctx.builder.build_batch(trajs, student_ctx)
     teacher, teacher_seq = score_trajectories(model, ctx.builder, trajs, texts, micro_batch=16)
     assert_same_actions(student_seq, teacher_seq)
     return teacher.logp
@@ -120,18 +119,18 @@ def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
     with timer("write"):
         hindsights = ctx.writer.write(trajectories) if spec.skills else None
     with timer("score"):
-        old = _score(ctx, ctx.model, trajectories, rollout_skills, entropy=True)
+        old, student_seq = _score(ctx, ctx.model, trajectories, rollout_skills, entropy=True)
     logp_ref = None
     if ctx.reference is not None:
         with timer("reference"):
-            logp_ref = _score(ctx, ctx.reference, trajectories, rollout_skills).logp
+            logp_ref = _score(ctx, ctx.reference, trajectories, rollout_skills)[0].logp
     valid = [h is not None and h.valid for h in hindsights] if hindsights else [False] * len(trajectories)
     batch = StepBatch(trajectories, group_ids, rollout_skills, hindsights, old, old.logp.new_zeros(()), logp_ref,
                       {}, torch.tensor(valid, device=old.logp.device), {}, generated)
     if spec.skills and spec.teacher == "old":
         with timer("teacher"):
             for context in spec.skills:
-                batch.teacher[context] = _teacher_logp(ctx, ctx.model, batch, context)
+                batch.teacher[context] = _teacher_logp(ctx, ctx.model, batch, context, student_seq)
     for context, logp in batch.teacher.items():
         batch.deltas[context] = (logp - old.logp) * old.mask * batch.opd_rows[:, None]  # [B, T]
     with timer("advantage"):
@@ -181,7 +180,7 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
     cfg, spec = ctx.cfg, ctx.spec
     trajs = [batch.trajectories[i] for i in rows]
     skills = None if batch.rollout_skills is None else [batch.rollout_skills[i] for i in rows]
-    cur = _score(ctx, ctx.model, trajs, skills, grad=True)
+    cur, cur_seq = _score(ctx, ctx.model, trajs, skills, grad=True)
     width = cur.logp.shape[1]
     index = torch.tensor(rows, device=cur.logp.device)
     take = lambda x: None if x is None else x[index, :width]  # noqa: E731  [b, T']
@@ -190,7 +189,7 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
         primary = spec.skills[0]
         if spec.teacher == "current":
             with timer("teacher"):
-                teacher = _teacher_logp(ctx, ctx.model, batch, primary, rows)[:, :width]
+                teacher = _teacher_logp(ctx, ctx.model, batch, primary, cur_seq, rows)[:, :width]
         else:
             teacher = take(batch.teacher[primary])
     inputs = LossInputs(logp=cur.logp, logp_old=take(batch.old.logp), advantages=take(batch.advantages),
