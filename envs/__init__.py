@@ -14,9 +14,9 @@ from envs.base import Episode, Hindsight, StepResult, Task, TextEnv, Turn, run_e
 
 # name -> "module:ClassName"; every entry is imported only when made.
 REGISTRY: dict[str, str] = {
-    "household": "envs.household:HouseholdEnv",
-    "shop": "envs.shop:ShopEnv",
-    "searchqa": "envs.searchqa:SearchQAEnv",
+    "household": "envs.household.env:HouseholdEnv",
+    "shop": "envs.shop.env:ShopEnv",
+    "searchqa": "envs.searchqa.env:SearchQAEnv",
     "alfworld": "envs.adapters.alfworld:ALFWorldEnv",
     "webshop": "envs.adapters.webshop:WebShopEnv",
     "searchr1": "envs.adapters.searchr1:SearchR1Env",

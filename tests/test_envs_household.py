@@ -14,10 +14,10 @@ import pytest
 
 import envs
 from envs.base import TextEnv, demo_policy, expert_policy, format_response, run_episode
-from envs.household import INVALID_OBSERVATION, HouseholdEnv, parse_command
-from envs.household_data import FAMILIES
-from envs.household_engine import seen_listings
-from envs.household_world import SPLIT_SIZES, combo_heldout, custom_task, layouts
+from envs.household.env import INVALID_OBSERVATION, HouseholdEnv, parse_command
+from envs.household.data import FAMILIES
+from envs.household.engine import seen_listings
+from envs.household.world import SPLIT_SIZES, combo_heldout, custom_task, layouts
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -280,7 +280,7 @@ def _data_root(game_files: str) -> str:
 
 @cache
 def _generated_panel(split: str) -> tuple[Task, ...]:
-    from envs.household import HouseholdEnv
+    from envs.household.env import HouseholdEnv
 
     tasks = []
     for t in HouseholdEnv().panel(split):

@@ -2,15 +2,15 @@
 
 Procedurally generated rooms (kitchens, living rooms, bedrooms, bathrooms) hold numbered
 receptacles ("cabinet 3", some closed at the start) and numbered objects ("apple 1").  The
-six ALFWorld task families are covered (``envs.household_data.FAMILIES``) with ALFWorld's
+six ALFWorld task families are covered (``envs.household.data.FAMILIES``) with ALFWorld's
 command grammar and observation texts; the agent carries one object at a time.  Reward 1 on
 completion; an unparseable or inadmissible response is an invalid step (reward
 ``-invalid_penalty``, "Nothing happens.", state unchanged, episode continues).
 
 Splits: ``train`` (2400 tasks), ``eval_seen`` (140, train layouts and combinations),
 ``eval_unseen`` (134, held-out layouts and held-out object/receptacle combinations); see
-``envs/household_world.py``.  ``info`` carries ``state_key``, ``distance`` (exact optimal
-remaining steps, ``envs/household_engine.py``), ``plan``, ``valid``, ``action``, ``score``.
+``envs/household/world.py``.  ``info`` carries ``state_key``, ``distance`` (exact optimal
+remaining steps, ``envs/household/engine.py``), ``plan``, ``valid``, ``action``, ``score``.
 ``expert_action`` uses where objects hide; ``demo_action`` is the observation-consistent
 demonstrator for behaviour cloning (it searches before it knows).
 """
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from envs.base import StepResult, Task, TextEnv, Turn, format_response, parse_tagged
-from envs.household_data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS
-from envs.household_engine import (
+from envs.household.data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS
+from envs.household.engine import (
     State,
     admissible,
     apply,
@@ -34,7 +34,7 @@ from envs.household_engine import (
     read_history,
     room_overview,
 )
-from envs.household_world import World, build_world, panel
+from envs.household.world import World, build_world, panel
 
 INVALID_OBSERVATION = "Nothing happens."
 _PUT_RE = re.compile(r"(?:put|move) (.+?) (?:in/on|into|onto|in|on|to) (.+)")
@@ -141,7 +141,7 @@ class HouseholdEnv(TextEnv):
         return self._facts().key
 
     def distance_to_goal(self) -> int:
-        """Exact optimal number of remaining commands (``envs.household_engine``)."""
+        """Exact optimal number of remaining commands (``envs.household.engine``)."""
         return len(self._facts().plan)
 
     def optimal_plan(self) -> list[str]:
@@ -162,7 +162,7 @@ class HouseholdEnv(TextEnv):
     def demo_action(
         self, history: Sequence[Turn], epsilon: float = 0.0, rng: random.Random | None = None
     ) -> str:
-        """The observation-consistent demonstrator (``envs.household_engine.demo_command``):
+        """The observation-consistent demonstrator (``envs.household.engine.demo_command``):
         it searches receptacles in a fixed order learnable from the task and the room
         listing (plausible places for the object, surfaces before containers, listing order;
         opening closed ones on arrival, never revisiting) until the goal object(s) and, for

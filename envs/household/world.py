@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 from envs.base import Task
-from envs.household_data import (
+from envs.household.data import (
     FAMILIES,
     INSTRUCTIONS,
     LAMP_ROOMS,
