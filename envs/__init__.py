@@ -8,6 +8,7 @@ adapter whose optional dependencies are missing fails only when it is asked for.
 from __future__ import annotations
 
 import importlib
+import inspect
 from difflib import get_close_matches
 
 from envs.base import Episode, Hindsight, StepResult, Task, TextEnv, Turn, run_episode
@@ -38,6 +39,21 @@ def env_class(name: str) -> type[TextEnv]:
     return getattr(importlib.import_module(module), cls)
 
 
+def has_admissible_switch(name: str) -> bool:
+    """Whether env ``name`` takes ``show_admissible`` (it can list admissible commands)."""
+    return "show_admissible" in inspect.signature(env_class(name).__init__).parameters
+
+
+def env_options(name: str, level: str = "", show_admissible: bool | None = None, **options) -> dict:
+    """Keyword options for :func:`make`: ``level`` and ``show_admissible`` are passed only to
+    the envs that have them (an empty level or None means the env's default)."""
+    if level and len(env_class(name).levels) > 1:
+        options["level"] = level
+    if show_admissible is not None and has_admissible_switch(name):
+        options["show_admissible"] = show_admissible
+    return options
+
+
 def make(name: str, **options) -> TextEnv:
     """Build environment ``name`` with its keyword ``options`` (max_turns, invalid_penalty, ...)."""
     return env_class(name)(**options)
@@ -45,5 +61,5 @@ def make(name: str, **options) -> TextEnv:
 
 __all__ = [
     "BUILTIN", "Episode", "Hindsight", "REGISTRY", "StepResult", "Task", "TextEnv", "Turn",
-    "env_class", "make", "names", "run_episode",
+    "env_class", "env_options", "has_admissible_switch", "make", "names", "run_episode",
 ]

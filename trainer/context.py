@@ -60,8 +60,9 @@ class Context:
 
 
 def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
-    return functools.partial(envs.make, cfg.env.name, max_turns=cfg.env.max_turns,
-                             invalid_penalty=cfg.env.invalid_penalty)
+    options = envs.env_options(cfg.env.name, cfg.env.level, cfg.env.show_admissible,
+                               max_turns=cfg.env.max_turns, invalid_penalty=cfg.env.invalid_penalty)
+    return functools.partial(envs.make, cfg.env.name, **options)
 
 
 def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task]) -> list[str]:

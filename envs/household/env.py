@@ -22,7 +22,16 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from envs.base import StepResult, Task, TextEnv, Turn, format_response, parse_tagged
+from envs.base import (
+    StepResult,
+    Task,
+    TextEnv,
+    Turn,
+    format_response,
+    parse_tagged,
+    with_admissible,
+    without_admissible,
+)
 from envs.household.data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS
 from envs.household.engine import (
     State,
@@ -34,7 +43,7 @@ from envs.household.engine import (
     read_history,
     room_overview,
 )
-from envs.household.world import World, build_world, panel
+from envs.household.world import LEVELS, World, build_world, level_spec, panel
 
 INVALID_OBSERVATION = "Nothing happens."
 _PUT_RE = re.compile(r"(?:put|move) (.+?) (?:in/on|into|onto|in|on|to) (.+)")
@@ -68,9 +77,22 @@ class HouseholdEnv(TextEnv):
     name = "household"
     default_max_turns = 30
     splits = ("train", "eval_seen", "eval_unseen")
+    levels = tuple(LEVELS)
 
-    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.1):
+    def __init__(
+        self,
+        max_turns: int = 0,
+        invalid_penalty: float = 0.1,
+        level: str = "full",
+        show_admissible: bool = True,
+    ):
+        """``level``: ``full`` (paper scale) or ``small`` (CPU level, see
+        ``envs.household.world``); ``show_admissible``: every observation ends with the
+        admissible commands of the current state, as verl-agent's ALFWorld prompt does."""
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
+        level_spec(level)
+        self.level = level
+        self.show_admissible = show_admissible
         self.world: World | None = None
         self.state: State | None = None
         self.done = False
@@ -81,7 +103,7 @@ class HouseholdEnv(TextEnv):
     # -- tasks -------------------------------------------------------------------------
     def panel(self, split: str) -> list[Task]:
         self.check_split(split)
-        return list(panel(split))
+        return list(panel(split, self.level))
 
     # -- episode -----------------------------------------------------------------------
     def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
@@ -93,7 +115,7 @@ class HouseholdEnv(TextEnv):
         self.task, self.turn, self.done = task, 0, False
         self.state, self._current = State(self.world), None
         self._rng = random.Random(f"household/expert/{task.id}")
-        observation = room_overview(self.world)
+        observation = self._observe(room_overview(self.world))
         for i, action in enumerate(replay):
             if self.done:
                 raise ValueError(f"replay of {task.id!r} ends the episode at action {i - 1}; "
@@ -116,6 +138,7 @@ class HouseholdEnv(TextEnv):
             reward = 1.0 if success else 0.0
         self.done = success or self.turn >= self.max_turns
         facts = self._facts()
+        observation = self._observe(observation)
         info = {"state_key": facts.key, "distance": len(facts.plan), "plan": list(facts.plan),
                 "valid": op is not None, "action": action or "", "score": float(success)}
         return StepResult(observation, reward, self.done, success, info)
@@ -172,7 +195,8 @@ class HouseholdEnv(TextEnv):
         to the expert's command only when every receptacle was searched in vain (a guard:
         objects are only moved by the agent, which names them, so it is never reached)."""
         self._require()
-        seen = read_history(self.world, ((t.action, t.valid, t.next_observation) for t in history))
+        seen = read_history(
+            self.world, ((t.action, t.valid, without_admissible(t.next_observation)) for t in history))
 
         def clean() -> str:
             return demo_command(self.world, self.state, seen) or self.expert_action()
@@ -266,6 +290,10 @@ class HouseholdEnv(TextEnv):
         return steps + [put]
 
     # -- internals ---------------------------------------------------------------------
+    def _observe(self, text: str) -> str:
+        """The observation the policy sees: ``text``, then the admissible commands when on."""
+        return with_admissible(text, self._facts().actions) if self.show_admissible else text
+
     def _require(self) -> State:
         if self.state is None:
             raise RuntimeError("household: call reset(task) first")
