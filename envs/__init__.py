@@ -7,6 +7,7 @@ adapter whose optional dependencies are missing fails only when it is asked for.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 from difflib import get_close_matches
@@ -54,6 +55,25 @@ def env_options(name: str, level: str = "", show_admissible: bool | None = None,
     return options
 
 
+def fingerprint(env: TextEnv, tasks_per_split: int = 12) -> str:
+    """A short hash of what a policy trained on ``env`` learned from: its prompts, the first
+    tasks of every split and the demonstrator's episodes on them (observations and actions).
+    A saved warm start records it; a change of the environment's texts, panels or rules
+    changes it."""
+    from envs.base import demo_policy
+
+    digest = hashlib.sha256()
+    for text in (env.system_prompt(), env.domain_description()):
+        digest.update(text.encode())
+    for split in env.splits:
+        for task in env.panel(split)[:tasks_per_split]:
+            episode = run_episode(env, task, demo_policy(0.0, seed="fingerprint"))
+            digest.update(f"{task.id}|{env.task_instruction(task)}|{episode.first_observation}".encode())
+            for turn in episode.turns:
+                digest.update(f"|{turn.response}|{turn.next_observation}|{turn.reward}".encode())
+    return digest.hexdigest()[:16]
+
+
 def make(name: str, **options) -> TextEnv:
     """Build environment ``name`` with its keyword ``options`` (max_turns, invalid_penalty, ...)."""
     return env_class(name)(**options)
@@ -61,5 +81,5 @@ def make(name: str, **options) -> TextEnv:
 
 __all__ = [
     "BUILTIN", "Episode", "Hindsight", "REGISTRY", "StepResult", "Task", "TextEnv", "Turn",
-    "env_class", "env_options", "has_admissible_switch", "make", "names", "run_episode",
+    "env_class", "env_options", "fingerprint", "has_admissible_switch", "make", "names", "run_episode",
 ]

@@ -249,6 +249,11 @@ class TextEnv(abc.ABC):
         already observation-consistent; domains whose expert uses hidden facts override it."""
         return self.expert_action(epsilon=epsilon, rng=rng)
 
+    def demo_thought(self, task: Task) -> str:
+        """The demonstrator's reasoning text (inside ``<think>``) for ``task``; behaviour
+        cloning teaches the policy to write it before each action.  Default: none."""
+        return ""
+
     # -- prompt pieces -----------------------------------------------------------------
     @abc.abstractmethod
     def system_prompt(self) -> str:
@@ -329,10 +334,12 @@ def demo_policy(
     epsilon: float = 0.0, seed: str = "demo"
 ) -> Callable[[TextEnv, str, list[Turn]], str]:
     """An ``act`` callable for :func:`run_episode` that follows ``env.demo_action`` on the
-    turns played so far (the observation-consistent demonstrator)."""
+    turns played so far (the observation-consistent demonstrator), with ``env.demo_thought``
+    as its reasoning."""
     rng = random.Random(seed)
 
     def act(env: TextEnv, observation: str, turns: list[Turn]) -> str:
-        return format_response(env.demo_action(turns, epsilon=epsilon, rng=rng))
+        return format_response(env.demo_action(turns, epsilon=epsilon, rng=rng),
+                               think=env.demo_thought(env.task))
 
     return act

@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 import envs
-from envs.base import Task, TextEnv, expert_policy, run_episode
+from envs.base import Task, TextEnv, demo_policy, run_episode
 from trainer.algos import MethodSpec, get_method
 from trainer.backend import GenerationBackend, make_backend
 from trainer.config import RunConfig
@@ -71,7 +71,7 @@ def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task]) -> list
     from envs.oracle import OracleWriter as EnvOracle
 
     env, oracle = make_env(), EnvOracle(make_env)
-    act = expert_policy(0.2, seed="tokenizer")
+    act = demo_policy(0.2, seed="tokenizer")
     texts = [env.system_prompt(), env.domain_description()]
     for task in tasks:
         episode = run_episode(env, task, act)

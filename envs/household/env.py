@@ -32,7 +32,7 @@ from envs.base import (
     with_admissible,
     without_admissible,
 )
-from envs.household.data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS
+from envs.household.data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS, family_verb
 from envs.household.engine import (
     State,
     admissible,
@@ -202,6 +202,21 @@ class HouseholdEnv(TextEnv):
             return demo_command(self.world, self.state, seen) or self.expert_action()
 
         return self._noisy(clean, epsilon, rng or self._rng)
+
+    def demo_thought(self, task: Task) -> str:
+        """The goal in one canonical line, whatever the instruction's wording ("put a hot
+        egg in garbagecan." -> "Goal: heat the egg, then put it in/on the garbagecan."): the
+        demonstrator restates it before every command, so a small policy finds the object,
+        the process and the target a few tokens before the command that names them."""
+        spec = task.spec
+        obj, target, verb = spec["object"], spec["target"], family_verb(spec["family"])
+        if verb == "look":
+            return f"Goal: look at the {obj} under the desklamp."
+        if verb == "pick_two":
+            return f"Goal: put two {obj} in/on the {target}."
+        if verb in ("clean", "heat", "cool"):
+            return f"Goal: {verb} the {obj}, then put it in/on the {target}."
+        return f"Goal: put the {obj} in/on the {target}."
 
     def _noisy(self, choose, epsilon: float, rng: random.Random) -> str:
         """``choose()``; with probability ``epsilon`` (half and half) a random admissible
