@@ -26,7 +26,7 @@ import json
 import random
 from collections.abc import Callable
 
-from envs.base import Episode, Hindsight, TextEnv, Turn, error_turn
+from envs.base import Episode, Hindsight, TextEnv, Turn, error_turn, without_admissible
 
 _POSITIVE_HEADERS = (
     "Reusable workflow for tasks like \"{goal}\":",
@@ -124,7 +124,7 @@ class OracleWriter:
         consequence = (f"This moved the agent further from the goal ({turn.distance_before} -> "
                        f"{turn.distance_after} steps left) and it never got back to "
                        f"{turn.distance_before}; the environment answered "
-                       f"\"{_quote(turn.next_observation)}\".")
+                       f"\"{_quote(without_admissible(turn.next_observation))}\".")
         return rng.choice(_NEGATIVE).format(k=k, action=action, consequence=consequence,
                                             alternative=alternative)
 

@@ -1,0 +1,111 @@
+"""Saved warm starts: the bundled one matches today's environment, a saved one is checked
+against the run before it is used, and the behaviour-cloning pipeline can fit demonstrations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import envs
+from trainer.config import ConfigError, apply_overrides, load_config, resolve
+from trainer.context import env_factory
+from trainer.stages import (
+    BUNDLE_META,
+    bundle_path,
+    bundled_warm_starts,
+    check_bundle,
+    evaluate_policy,
+    save_bundle,
+    train_warm_start,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+MICRO = ROOT / "tests" / "data" / "train_micro.yaml"
+SMALL = ROOT / "examples" / "household_small.yaml"
+
+
+def micro(**overrides):
+    base = {"model.device": "cpu", "stages.warm_start.cache": False, "env.level": "small"}
+    return resolve(apply_overrides(load_config(MICRO), {**base, **overrides}))
+
+
+def test_the_bundled_warm_start_was_trained_on_todays_environment():
+    """Fails when the household CPU level's texts, panels or rules change: rebuild the
+    bundle with `make warm-start` and commit it."""
+    assert "household-small" in bundled_warm_starts()
+    cfg = resolve(load_config(SMALL))
+    meta = check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))
+    assert meta["env_fingerprint"] == envs.fingerprint(env_factory(cfg)())
+    assert meta["evaluation"]["eval_seen/success/greedy"] >= 0.0
+
+
+def test_fingerprint_moves_with_the_environment():
+    small = envs.make("household", level="small")
+    assert envs.fingerprint(small) == envs.fingerprint(envs.make("household", level="small"))
+    assert envs.fingerprint(small) != envs.fingerprint(envs.make("household", level="small",
+                                                                  show_admissible=False))
+    assert envs.fingerprint(small) != envs.fingerprint(envs.make("household"))
+
+
+def test_a_saved_warm_start_round_trips_and_is_checked_against_the_run(tmp_path):
+    cfg = micro()
+    ctx, metrics = train_warm_start(cfg)
+    evaluation = evaluate_policy(ctx, max_tasks=2)
+    assert set(evaluation) >= {"eval_seen/success/greedy", "eval_unseen/invalid_rate/greedy"}
+    path = save_bundle(ctx, tmp_path / "ws", metrics, evaluation)
+    meta = json.loads((path / BUNDLE_META).read_text())
+    assert meta["metrics"]["warm/examples"] > 0 and meta["settings"]["env.level"] == "small"
+    assert bundle_path(str(path)) == path
+    check_bundle(cfg, path)
+    with pytest.raises(ConfigError, match=r"trained with model.tiny=.*\(run: "):
+        check_bundle(micro(**{"model.tiny.hidden_size": 64}), path)
+    with pytest.raises(ConfigError, match="env.level='small' \\(run: 'full'\\)"):
+        check_bundle(micro(**{"env.level": "full"}), path)
+    meta["env_fingerprint"] = "0" * 16
+    (path / BUNDLE_META).write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="env version 0000000000000000, the env is now .*make warm-start"):
+        check_bundle(cfg, path)
+    with pytest.raises(ConfigError, match="neither a bundled warm start \\(bundled: .*household-small"):
+        bundle_path(str(tmp_path / "nowhere"))
+
+
+def test_training_from_a_saved_warm_start_logs_its_figures(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from trainer.run import train
+    from trainer.tracking import sqlite_uri
+
+    cfg = micro()
+    ctx, metrics = train_warm_start(cfg)
+    path = save_bundle(ctx, tmp_path / "ws", metrics, evaluate_policy(ctx, max_tasks=1))
+    uri = sqlite_uri(tmp_path / "mlruns.db")
+    run = apply_overrides(cfg, {"stages.warm_start.checkpoint": str(path), "tracking.uri": uri,
+                                "output.dir": str(tmp_path / "out"), "stages.rl.steps": 1})
+    result = train(run, progress=False)
+    data = MlflowClient(uri).get_run(result.run_id).data
+    assert data.metrics["warm/saved"] == 1.0 and data.tags["warm_start"] == "ws"
+    assert data.metrics["warm/loss_last"] == pytest.approx(metrics["warm/loss_last"])
+    assert "warm/eval_seen/success/greedy" in data.metrics
+
+
+@pytest.mark.slow
+def test_behaviour_cloning_can_overfit_sixteen_demonstrations():
+    """The pipeline is sound: 16 error-free demonstrations, 200 epochs (400 optimizer
+    steps of 8), and greedy replay of the same 16 tasks reproduces every episode."""
+    from trainer.rollout import Sampling, collect
+
+    cfg = resolve(apply_overrides(load_config(SMALL), {
+        "model.device": "cpu", "stages.warm_start.cache": False, "stages.warm_start.checkpoint": "",
+        "stages.warm_start.episodes": 16, "stages.warm_start.epochs": 200,
+        "stages.warm_start.batch_size": 8, "stages.warm_start.expert_epsilon": 0.0,
+        "stages.warm_start.skill_fraction": 0.0, "stages.warm_start.writer_fraction": 0.0}))
+    ctx, metrics = train_warm_start(cfg)
+    assert metrics["warm/loss_last"] < 0.05
+    import random
+
+    tasks = random.Random(f"warm:{cfg.seed}").sample(ctx.train_tasks, 16)  # the demonstrated tasks
+    ctx.model.eval()
+    trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, Sampling(32, 0.0))
+    assert sum(t.episode.success for t in trajectories) == 16
