@@ -94,14 +94,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def settings(args: argparse.Namespace, device: str) -> Settings:
-    base = GPU if device == "cuda" else CPU
+def _given(args: argparse.Namespace) -> dict:
+    """The Settings fields set on the command line; counts must be >= 1."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Settings)
              if getattr(args, f.name, None) is not None}
     bad = [f"--{k.replace('_', '-')}" for k, v in given.items() if isinstance(v, int) and v < 1]
     if bad:
         raise CheckError(f"{', '.join(bad)} must be >= 1")
-    return dataclasses.replace(base, **given)
+    return given
+
+
+def _methods(args: argparse.Namespace) -> list[str]:
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods or ("grpo" in methods and methods[0] != "grpo"):
+        raise CheckError("--methods: list grpo first (the ratios and the scoring pass use its batch)")
+    return methods
+
+
+def settings(args: argparse.Namespace, device: str) -> Settings:
+    return dataclasses.replace(GPU if device == "cuda" else CPU, **_given(args))
 
 
 def install_bundle(bundle: Path, out: Path) -> Path:
@@ -142,10 +153,12 @@ def _sync(device: str):
 
 
 def reset_memory(device: str) -> None:
+    """Free the previous measurement's tensors and restart the CUDA peak (a no-op on CPU,
+    whose peak resident set cannot be reset)."""
     import torch
 
-    gc.collect()
     if device == "cuda":
+        gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
@@ -377,24 +390,21 @@ def save(results: dict, out: Path) -> None:
 
 
 def check(args: argparse.Namespace) -> dict:
+    _given(args)
+    methods = _methods(args)
     import torch
 
-    from trainer.config import ConfigError
+    from trainer.config import ConfigError, apply_overrides, resolve
     from trainer.tracking import sqlite_uri
 
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
     device = "cpu" if device == "auto" else device
     if device == "cuda" and not torch.cuda.is_available():
         raise CheckError("--device cuda: no CUDA device is available")
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not methods or ("grpo" in methods and methods[0] != "grpo"):
-        raise CheckError("--methods: list grpo first (the ratios and the scoring pass use its batch)")
     s = settings(args, device)
     try:
         base = run_config(s, device, args.out, args.overrides)
         for method in methods:
-            from trainer.config import apply_overrides, resolve
-
             resolve(apply_overrides(base, {"algo.method": method}))
     except (ConfigError, ValueError) as e:
         raise CheckError(str(e)) from None
