@@ -301,10 +301,8 @@ def environment(device: str) -> dict:
     import torch
     import transformers
 
-    from trainer.tracking import git_sha
-
     env = {"python": platform.python_version(), "torch": torch.__version__,
-           "transformers": transformers.__version__, "git_sha": git_sha(),
+           "transformers": transformers.__version__, "git_sha": "unknown",  # set by track()
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
@@ -360,11 +358,15 @@ def render_markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def track(results: dict, base, uri: str) -> None:
-    """One MLflow run per measurement (tag ``hindsight.kind=gpu_check``), metrics in one
-    batch each, the results JSON as an artifact."""
+def track(results: dict, base, db: Path) -> str:
+    """One MLflow run per measurement in the sqlite store ``db`` (tag
+    ``hindsight.kind=gpu_check``), metrics in one batch each, the results JSON as an
+    artifact.  Returns the store's URI."""
     from trainer.config import apply_overrides
-    from trainer.tracking import KIND_TAG, RunLogger
+    from trainer.tracking import KIND_TAG, RunLogger, git_sha, sqlite_uri
+
+    uri = sqlite_uri(db)
+    results["environment"]["git_sha"] = git_sha()
 
     runs = [(name, {"algo.method": name}, r) for name, r in results["methods"].items()]
     if results.get("scoring"):
@@ -380,6 +382,7 @@ def track(results: dict, base, uri: str) -> None:
         logger.log_metrics(1, metrics)
         logger.log_dict(results, "gpu_check.json")
         logger.finish("FINISHED" if r.get("status") == "ok" else "FAILED")
+    return uri
 
 
 def save(results: dict, out: Path) -> None:
@@ -395,12 +398,13 @@ def check(args: argparse.Namespace) -> dict:
     import torch
 
     from trainer.config import ConfigError, apply_overrides, resolve
-    from trainer.tracking import sqlite_uri
 
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
     device = "cpu" if device == "auto" else device
     if device == "cuda" and not torch.cuda.is_available():
         raise CheckError("--device cuda: no CUDA device is available")
+    if device == "cpu":
+        torch.set_num_threads(1)  # as the benchmarks: a pipeline check, not a CPU speed test
     s = settings(args, device)
     try:
         base = run_config(s, device, args.out, args.overrides)
@@ -422,8 +426,11 @@ def check(args: argparse.Namespace) -> dict:
         results["scoring"], _ = guarded(measure_scoring, s.score_backbone, kept, s.dtype, device, base.seed)
         save(results, args.out)
         print(f"scoring {s.score_backbone}: {_summary(results['scoring'])}", flush=True)
-    results["tracking_uri"] = sqlite_uri(args.out / "mlruns.db")
-    track(results, base, results["tracking_uri"])
+    try:  # a store that cannot be written must not lose the measurements
+        results["tracking"] = track(results, base, args.out / "mlruns.db")
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        results["tracking"] = f"failed: {type(exc).__name__}: {exc}"[:300]
     save(results, args.out)
     (args.out / "gpu_check.md").write_text(render_markdown(results))
     return results
@@ -439,23 +446,21 @@ def _summary(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-        if args.bundle is not None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.bundle is not None:
+        try:
             install_bundle(args.bundle, args.out)
+        except RuntimeError as e:  # gpu_bundle.BundleError: measure anyway, tracking will fail
+            print(f"warning: the bundle did not install, MLflow tracking will fail: {e}", file=sys.stderr)
+    try:
         results = check(args)
     except CheckError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except RuntimeError as e:  # gpu_bundle.BundleError: a bundle that does not install
-        if type(e).__name__ != "BundleError":
-            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(render_markdown(results))
     failed = [k for k, r in [*results["methods"].items(), ("scoring", results["scoring"] or {})]
               if r.get("status") != "ok"]
-    return 1 if failed else 0
+    return 1 if failed or results["tracking"].startswith("failed") else 0
 
 
 if __name__ == "__main__":

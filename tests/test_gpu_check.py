@@ -104,8 +104,9 @@ def _check_cpu_run(out: Path, methods: tuple[str, ...]) -> dict:
         etro = results["methods"]["etro"]
         assert etro["phases_s"]["teacher"] > 0 and etro["writer"] == "oracle" and etro["teacher"] == "old"
         assert etro["changed_fraction"] > 0.5  # ETRO's OPD credit moves the weights
-        assert results["ratios"]["etro"]["ratio"] == pytest.approx(
-            etro["step_s"] / results["methods"]["grpo"]["step_s"])
+        if "grpo" in methods:
+            assert results["ratios"]["etro"]["ratio"] == pytest.approx(
+                etro["step_s"] / results["methods"]["grpo"]["step_s"])
     if "seed" in methods:
         seed = results["methods"]["seed"]
         assert seed["writer"] == "self" and seed["teacher"] == "current" and seed["phases_s"]["write"] > 0
@@ -123,21 +124,17 @@ def _tracked_runs(out: Path) -> dict[str, dict]:
     return {r.data.tags["measurement"]: r for r in runs}
 
 
-def test_one_etro_step_and_a_scoring_pass_at_the_tiny_shape(tmp_path):
-    """The measuring functions of the CPU mode without the MLflow store (the slow test below
-    runs the whole command)."""
-    base = gpu_check.run_config(gpu_check.CPU, "cpu", tmp_path, [])
-    r, kept = gpu_check.measure_method(base, "etro", "cpu", warm=False)
-    s = gpu_check.CPU
-    budget = s.tasks * s.group * s.turns
-    assert r["status"] == "ok" and r["writer"] == "oracle" and r["teacher"] == "old"
-    assert r["turns"] == budget and 0 < r["generated_tokens"] <= budget * s.new_tokens
-    assert {"rollout", "score", "reference", "teacher", "advantage", "update"} <= set(r["phases_s"])
-    assert r["step_s"] >= sum(r["phases_s"].values()) * 0.99
-    assert r["train_tokens"] > r["scored_action_tokens"] > 0
-    assert r["changed_fraction"] > 0.5 and r["lr_step_kept"] == 1.0  # OPD moves float32 weights
-    sc = gpu_check.measure_scoring("qwen2.5-tiny-shape", kept, "float32", "cpu", 0)
-    assert sc["status"] == "ok" and sc["sequences"] == budget and sc["tokens"] > sc["scored_action_tokens"]
+def test_cpu_mode_keeps_its_measurements_when_the_store_fails(tmp_path, monkeypatch, capsys):
+    """ETRO stepped at the tiny shape through the command; the MLflow store (whose sqlite
+    migrations alone take seconds: the slow test below writes it) is made to fail."""
+    def no_store(*args):
+        raise RuntimeError("store unavailable")
+
+    monkeypatch.setattr(gpu_check, "track", no_store)
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path), "--methods", "etro"]) == 1
+    results = _check_cpu_run(tmp_path, ("etro",))
+    assert results["tracking"] == "failed: RuntimeError: store unavailable" and results["ratios"] == {}
+    assert "| etro |" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -150,6 +147,7 @@ def test_cpu_mode_steps_the_three_methods_and_tracks_them(tmp_path, capsys):
     assert runs["etro"].data.metrics["check/step_s"] == pytest.approx(results["methods"]["etro"]["step_s"])
     assert runs["etro"].data.metrics["check/ratio_vs_grpo"] == pytest.approx(results["ratios"]["etro"]["ratio"])
     assert runs["scoring"].data.params["model.backbone"] == "qwen2.5-tiny-shape"
+    assert results["methods"]["grpo"]["changed_fraction"] == 0.0  # a random model's rewards tie: no gradient
     assert "| etro |" in capsys.readouterr().out
 
 
