@@ -196,7 +196,8 @@ def _probe(model):
 
 
 def measure_method(base, method: str, device: str, warm: bool) -> tuple[dict, object]:
-    """One RL step of ``method`` from a fresh context; returns (result, the step's batch)."""
+    """One RL step of ``method`` from a fresh context.  Returns the result and what the
+    scoring pass needs of it: (tokenizer, sample builder, the step's trajectories)."""
     from trainer.config import apply_overrides, resolve
     from trainer.context import build_context, start_rl
     from trainer.rl import PhaseTimer, collect_batch, update
@@ -279,7 +280,15 @@ def guarded(fn, *args) -> tuple[dict, object]:
     except Exception as exc:  # noqa: BLE001 - one failed measurement must not lose the others
         traceback.print_exc()
         first = (str(exc).strip().splitlines() or [""])[0][:300]
-        return {"status": f"{type(exc).__name__}: {first}"}, None
+        status = f"{type(exc).__name__}: {first}"
+    reset_memory("cuda" if _cuda() else "cpu")  # the failed measurement's tensors, e.g. after OOM
+    return {"status": status}, None
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 # ------------------------------------------------------------------------------ reporting

@@ -56,6 +56,16 @@ def test_ratios_compare_measured_steps_with_the_goals():
     assert gpu_check.ratios({"seed": _step(1.0)}) == {}
 
 
+def test_a_failing_measurement_becomes_its_status(capsys):
+    def oom():
+        raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB\nmore detail")
+
+    assert gpu_check.guarded(oom) == ({"status": "RuntimeError: CUDA out of memory. Tried to allocate 20.00 GiB"},
+                                      None)
+    assert "Traceback" in capsys.readouterr().err
+    assert gpu_check.guarded(lambda x: ({"status": "ok", "x": x}, "kept"), 3) == ({"status": "ok", "x": 3}, "kept")
+
+
 def test_markdown_has_one_row_per_method_the_scoring_pass_and_the_goals():
     results = {**RESULTS, "ratios": gpu_check.ratios(RESULTS["methods"])}
     results["methods"] = {**results["methods"], "etro": {"status": "OutOfMemoryError: CUDA out of memory"}}

@@ -134,3 +134,14 @@ def test_phase_timer_synchronises_at_both_ends_of_each_phase():
         pass
     assert len(calls) == 4 and set(timer.seconds) == {"rollout"}
     assert PhaseTimer.for_device(torch.device("cpu")).sync is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_paper_shape_is_built_on_the_gpu_in_bfloat16(tokenizer):
+    torch.cuda.reset_peak_memory_stats()
+    model = build_shaped_model("qwen2.5-0.5b-shape", tokenizer, seed=0, dtype=torch.bfloat16, device="cuda")
+    params = list(model.parameters())
+    assert all(p.is_cuda and p.dtype == torch.bfloat16 for p in params)
+    # weights only, never a float32 copy: 2 bytes per parameter plus allocator slack
+    assert torch.cuda.max_memory_allocated() < 1.2 * 2 * sum(p.numel() for p in params)
