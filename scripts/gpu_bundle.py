@@ -108,7 +108,7 @@ def bundle_pins(pythons: Iterable[str] = (TARGET_PYTHON,), needs: Iterable[str] 
 
 
 def _pip(*args: str, python: str = sys.executable) -> None:
-    proc = subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True)
+    proc = subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise BundleError(f"pip {args[0]} failed: {tail[0]}")

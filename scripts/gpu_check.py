@@ -330,40 +330,37 @@ def render_markdown(results: dict) -> str:
     env, s = results["environment"], results["settings"]
     cuda = results["device"] == "cuda"
     mem_key, mem_name = ("peak_mem_mb", "peak GiB") if cuda else ("peak_rss_mb", "peak RSS GiB (process)")
-    lines = [
-        f"### {env['device']}, {env['date']}",
-        "",
-        f"torch {env['torch']}, transformers {env['transformers']}, Python {env['python']}, git {env['git_sha'][:10]}. "
-        f"`{s['backbone']}` in {s['dtype']}, gradient checkpointing on; {s['tasks']} household tasks x "
-        f"{s['group']} trajectories, {s['turns']} turns of {s['new_tokens']} tokens, window context (N = 2), "
-        f"KL reference on; SEED's self writer {s['writer_tokens']} tokens"
-        + (f"; overrides: {', '.join(results['overrides'])}." if results["overrides"] else "."),
-        "",
-        f"| method | step s | vs GRPO | {' | '.join(PHASES)} | rollout tok/s | train tok/s | {mem_name} "
-        "| lr step kept | status |",
-        "|---|" + "---:|" * (len(PHASES) + 6) + "---|",
-    ]
+    overrides = f"; overrides: {', '.join(results['overrides'])}" if results["overrides"] else ""
+    setting = (f"torch {env['torch']}, transformers {env['transformers']}, Python {env['python']}, "
+               f"git {env['git_sha'][:10]}. `{s['backbone']}` in {s['dtype']}, gradient checkpointing on; "
+               f"{s['tasks']} household tasks x {s['group']} trajectories, {s['turns']} turns of "
+               f"{s['new_tokens']} tokens, window context (N = 2), KL reference on; SEED's self writer "
+               f"{s['writer_tokens']} tokens{overrides}.")
+    header = (f"| method | step s | vs GRPO | {' | '.join(PHASES)} | rollout tok/s | train tok/s "
+              f"| {mem_name} | lr step kept | status |")
+    lines = [f"### {env['device']}, {env['date']}", "", setting, "", header,
+             "|---|" + "---:|" * (len(PHASES) + 6) + "---|"]
+    grpo = results["methods"].get("grpo", {})
     for name, r in results["methods"].items():
         if r.get("status") != "ok":
             lines.append(f"| {name} |" + " - |" * (len(PHASES) + 6) + f" {r.get('status')} |")
             continue
-        ratio = r["step_s"] / results["methods"]["grpo"]["step_s"] if "grpo" in results["methods"] and \
-            results["methods"]["grpo"].get("status") == "ok" else None
+        ratio = r["step_s"] / grpo["step_s"] if grpo.get("status") == "ok" else None
         phases = " | ".join(_fmt(r["phases_s"].get(p)) for p in PHASES)
         lines.append(f"| {name} | {r['step_s']:.2f} | {_fmt(ratio)}x | {phases} | {r['rollout_tokens_per_s']:.0f} "
-                     f"| {r['train_tokens_per_s']:.0f} | {r[mem_key] / 1024:.1f} | {100 * r['lr_step_kept']:.1f}% "
-                     f"| ok |")
+                     f"| {r['train_tokens_per_s']:.0f} | {r[mem_key] / 1024:.1f} | {100 * r['lr_step_kept']:.1f}% | ok |")
     sc = results.get("scoring")
     if sc and sc.get("status") == "ok":
-        lines += ["", f"Scoring pass, `{sc['backbone']}` (no gradients): {sc['sequences']} sequences, "
-                      f"{sc['tokens']} tokens in {sc['seconds']:.2f} s ({sc['tokens_per_s']:.0f} tokens/s), "
-                      f"{mem_name} {sc[mem_key] / 1024:.1f}."]
+        lines += ["", (f"Scoring pass, `{sc['backbone']}` (no gradients): {sc['sequences']} sequences, "
+                       f"{sc['tokens']} tokens in {sc['seconds']:.2f} s ({sc['tokens_per_s']:.0f} tokens/s), "
+                       f"{mem_name} {sc[mem_key] / 1024:.1f}.")]
     elif sc:
-        lines += ["", f"Scoring pass, `{results['settings']['score_backbone']}`: {sc.get('status')}."]
+        lines += ["", f"Scoring pass, `{s['score_backbone']}`: {sc.get('status')}."]
     goals = [f"{name.upper()} <= {r['target']:.2f}x GRPO: {r['ratio']:.2f}x {'met' if r['met'] else 'MISSED'}"
              for name, r in results["ratios"].items()]
     if goals:
-        lines += ["", "Goals: " + "; ".join(goals) + ("." if cuda else " (tiny shape on CPU: not the goals' measurement).")]
+        note = "." if cuda else " (tiny shape on CPU: not the goals' measurement)."
+        lines += ["", "Goals: " + "; ".join(goals) + note]
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from trainer.backend import TransformersBackend
-from trainer.config import ConfigError, ModelConfig, RunConfig, TinyModelConfig, apply_overrides, resolve
+from trainer.config import (
+    ConfigError,
+    ModelConfig,
+    RunConfig,
+    TinyModelConfig,
+    apply_overrides,
+    resolve,
+)
 from trainer.models import load_model, train_tokenizer
 from trainer.rl import PhaseTimer
 from trainer.samples import encode

@@ -21,8 +21,8 @@ from trainer.algos import MethodSpec, get_method
 from trainer.backend import GenerationBackend, make_backend
 from trainer.config import RunConfig
 from trainer.models import load_model, load_pretrained, resolve_device, resolve_dtype
-from trainer.shapes import uses_local_tokenizer
 from trainer.samples import SampleBuilder, analyzer_prompt, analyzer_target
+from trainer.shapes import uses_local_tokenizer
 from trainer.writers import (
     ExternalWriter,
     NoWriter,
