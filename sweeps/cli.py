@@ -198,7 +198,10 @@ COMMANDS: dict[str, tuple[AddArguments, Handler]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``hindsight`` parser.  ``only``: give only that subcommand its arguments (the
+    others keep their help line): adding the arguments of ``sweep`` imports Ray and Optuna,
+    which ``hindsight train`` must not need (a GPU image may have neither)."""
     parser = argparse.ArgumentParser(
         prog="hindsight",
         description="Train, sweep and report hindsight on-policy distillation for LLM agents.")
@@ -206,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (add_arguments, handler) in COMMANDS.items():
         summary = (handler.__doc__ or "").strip().split("\n")[0]
         command = sub.add_parser(name, help=summary, description=summary)
-        add_arguments(command)
+        if only is None or name == only:
+            add_arguments(command)
         command.set_defaults(handler=handler)
     return parser
 
@@ -214,9 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``hindsight`` command line; returns the exit code (never raises SystemExit
     for usage errors: argparse's exit code is returned instead)."""
-    parser = build_parser()
+    args_in = sys.argv[1:] if argv is None else argv
+    first = next((a for a in args_in if not a.startswith("-")), "")
+    parser = build_parser(only=first)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(args_in)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return int(e.code or 0)
     try:

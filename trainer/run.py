@@ -159,7 +159,7 @@ def _bar(progress: bool, desc: str):
 
 
 def _rl_step(ctx: Context, state: TrainerState, step: int):
-    timer = PhaseTimer()
+    timer = PhaseTimer.for_device(ctx.device())
     batch = collect_batch(ctx, step, timer)
     loss_metrics, finite = update(ctx, batch, step, timer)
     ctx.writer.on_update(step, ctx.model)

@@ -63,7 +63,8 @@ def _score_micro_batch(
 ):
     """logp, entropy [n, L] for one right-padded micro-batch (zeros off the action mask)."""
     ids, attn, act = _right_pad(batch, model.device)  # [n, L] each
-    hidden = model.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state  # [n, L, H]
+    # use_cache=False: a scoring pass never decodes further, so no KV cache is filled.
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [n, L, H]
     where = act[:, 1:].bool()  # [n, L-1]: hidden state j predicts token j+1
     states, targets = hidden[:, :-1][where], ids[:, 1:][where]  # [K, H], [K]
     parts = [
