@@ -40,8 +40,17 @@ from sweeps.status import (
     study_children,
     study_status,
 )
-from sweeps.study import Study, Trial, expand, load_study, make_trial
+from sweeps.study import (
+    Study,
+    Trial,
+    describe_overrides,
+    expand,
+    load_study,
+    make_trial,
+    study_configs,
+)
 from trainer.config import from_dict, to_dict
+from trainer.extras import check_extras
 from trainer.tracking import (
     KIND_TAG,
     TERMINAL_STATUSES,
@@ -344,10 +353,10 @@ def _run_search(study, train_fn, conc, address, dry_run, echo) -> StudyStatus | 
         _fit(study, search_trainable(study, parent_id, train_fn), param_space={},
              num_samples=todo, search_alg=optuna_search.make_searcher(study),
              max_concurrent=conc, total=todo, echo=echo,
-             describe=lambda t: " ".join(f"{k}={v}" for k, v in t.config.items()))
+             describe=lambda t: describe_overrides(t.config))
     best = optuna_search.best_trial(study)
     if best is not None:
-        echo(f"best: {best.params} -> {study.search.metric} {best.value:.4g}")
+        echo(f"best: {describe_overrides(best.params)} -> {study.search.metric} {best.value:.4g}")
     return _finish_parent(client, parent_id, study)
 
 
@@ -362,23 +371,11 @@ def _finish_parent(client: MlflowClient, parent_id: str, study: Study) -> StudyS
 # ---------------------------------------------------------------------------- the command
 
 
-def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("study", help="study YAML file")
-    parser.add_argument("--address", default=None,
-                        help="Ray cluster address (default: the study's ray_address, else a local Ray)")
-    parser.add_argument("--max-concurrent", type=int, default=None, metavar="N",
-                        help="trials at once (default: the study's max_concurrent; 0 = as resources allow)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the trials that would launch and those skipped; run nothing")
-    parser.add_argument("--retry-failed", action="store_true",
-                        help="rerun (cell, seed) pairs whose run FAILED, continuing the same run")
-    parser.add_argument("--out", default=None,
-                        help="output folder (default: the study's out, else ./runs/<name>)")
-
-
 def sweep_command(args: argparse.Namespace) -> int:
     """Launch or continue a study on Ray Tune; exit 0 when every (cell, seed) has finished."""
     study = load_study(args.study, out=args.out)
+    for cfg in study_configs(study):
+        check_extras(cfg)
     status = run_study(study, retry_failed=args.retry_failed, max_concurrent=args.max_concurrent,
                        address=args.address, dry_run=args.dry_run)
     if status is None:

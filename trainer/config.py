@@ -466,6 +466,8 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"{path}: no such file") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (expected UTF-8 YAML)") from None
     data = yaml_load(text, where=str(path))
     if data is None:
         return {}
