@@ -29,8 +29,13 @@ CASES = {
 def wall_time(argv: list[str]) -> float:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "sweeps.cli", *argv], cwd=ROOT, env=env,
-                   stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     return time.perf_counter() - start
 
 
@@ -41,7 +46,9 @@ def main() -> None:
     for name, (argv, target) in CASES.items():
         wall_time(argv)  # warm the file cache
         median = statistics.median(wall_time(argv) for _ in range(args.repeat))
-        goal = f"(target < {target:.1f} s: {'ok' if median < target else 'MISSED'})" if target else ""
+        goal = (
+            f"(target < {target:.1f} s: {'ok' if median < target else 'MISSED'})" if target else ""
+        )
         print(f"hindsight {name:<36} {median:6.2f} s median of {args.repeat} {goal}".rstrip())
 
 

