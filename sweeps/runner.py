@@ -53,6 +53,7 @@ from trainer.config import from_dict, to_dict
 from trainer.extras import check_extras
 from trainer.tracking import (
     KIND_TAG,
+    NOTE_TAG,
     TERMINAL_STATUSES,
     RunLogger,
     experiment_id,
@@ -154,16 +155,39 @@ def plan_trials(trials: list[Trial], children: Mapping[tuple[str, int], list[Run
 
 
 def ensure_parent(client: MlflowClient, exp_id: str, study: Study) -> str:
-    """The study's parent run id, created on first launch and set RUNNING on relaunch."""
+    """The study's parent run id, created on first launch and set RUNNING on relaunch.  The
+    experiment and the parent run carry descriptions that say where the study file, the
+    outputs and the report are."""
+    with_retry(client.set_experiment_tag, exp_id, NOTE_TAG, experiment_note(study))
     parent = find_parent(client, exp_id, study.name)
     if parent is not None:
         with_retry(client.update_run, parent.info.run_id, status="RUNNING")
+        with_retry(client.set_tag, parent.info.run_id, NOTE_TAG, parent_note(study))
         return parent.info.run_id
-    tags = {"study": study.name, KIND_TAG: "study", "git_sha": git_sha()}
+    tags = {"study": study.name, KIND_TAG: "study", "git_sha": git_sha(),
+            NOTE_TAG: parent_note(study)}
     run = with_retry(client.create_run, exp_id, tags=tags, run_name=study.name)
     if study.path is not None:
         with_retry(client.log_text, run.info.run_id, study.path.read_text(), "study.yaml")
     return run.info.run_id
+
+
+def experiment_note(study: Study) -> str:
+    """The experiment's description (Markdown, shown above its runs in the MLflow UI)."""
+    source = f"`{study.path}`" if study.path is not None else "an inline study"
+    return (f"Study **{study.name}** from {source}; outputs and checkpoints under "
+            f"`{study.out_dir}`. The run named `{study.name}` is the study itself (its report is "
+            f"under its Artifacts, `report/index.html`); each child run is one (cell, seed), "
+            f"named `<method>-s<seed>-<cell id>`.")
+
+
+def parent_note(study: Study) -> str:
+    """The parent run's description: where its report is and how to rebuild it."""
+    command = f"hindsight report {study.path}" if study.path is not None else "hindsight report"
+    return (f"Study **{study.name}**. Report: open **Artifacts > report > index.html** of this "
+            f"run (tables and figures; `index.md` is the same in Markdown); rebuild it with "
+            f"`{command}`. Child runs are the (cell, seed) trials; a trial's checkpoints are in "
+            f"its `hindsight.checkpoints` tag.")
 
 
 def child_config(trial: Trial, parent_id: str):

@@ -239,6 +239,10 @@ class OutputConfig:
     # Save a checkpoint every k RL steps (and at the end); 0 = only at the end.
     checkpoint_every: int = field(default=10, metadata={"ge": 0})
     keep_checkpoints: int = field(default=2, metadata={"ge": 1})
+    # Also log the final checkpoint as the run's ``checkpoint/`` artifact (a copy in the
+    # artifact store, reachable from the MLflow UI); its folder is always the run's
+    # ``hindsight.checkpoints`` tag.
+    log_checkpoints: bool = False
 
 
 @dataclass(frozen=True)
