@@ -45,18 +45,23 @@ def build_study_report(study_path: str, report_dir: str | None = None,
     index = build_report(inputs, out_dir, study.name, git_sha(),
                          regenerate=f"hindsight report {study_path}")
     echo(f"report of {len(finished)} runs written to {index} in {time.perf_counter() - started:.1f}s")
-    _log_on_parent(study, out_dir)
+    if _log_on_parent(study, out_dir):
+        echo(f"in the MLflow UI (`hindsight ui {study_path}`): run {study.name} > Artifacts > "
+             f"report > index.html")
     return index
 
 
-def _log_on_parent(study, out_dir: Path) -> None:
+def _log_on_parent(study, out_dir: Path) -> bool:
+    """Log the report folder as the parent run's ``report/`` artifacts; False without one."""
     client = make_client(study.store_uri)
     parent = find_parent(client, experiment_id(client, study.experiment), study.name)
     if parent is not None:
         with_retry(client.log_artifacts, parent.info.run_id, str(out_dir), "report")
+    return parent is not None
 
 
 def report_command(args: argparse.Namespace) -> int:
-    """Regenerate a study's paper tables and figures from its tracked runs (index.md)."""
+    """Regenerate a study's paper tables and figures from its tracked runs (index.md and
+    index.html, logged on the study's parent run)."""
     build_study_report(args.study, args.report_dir, args.external, args.n_boot, out=args.out)
     return 0

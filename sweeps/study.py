@@ -51,15 +51,72 @@ from trainer.tracking import cell_id, sqlite_uri
 
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
 
-STUDY_KEYS = (
-    "name", "base", "grid", "search", "resources", "max_concurrent", "tracking_uri",
-    "ray_address", "out",
-)
-SEARCH_KEYS = ("space", "trials", "sampler_seed", "seeds_per_trial", "metric", "mode", "storage")
-PARAM_KEYS = ("type", "low", "high", "log", "choices")
 PARAM_TYPES = ("float", "int", "categorical")
-RESOURCE_KEYS = ("cpus", "gpus")
 MODES = ("max", "min")
+REQUIRED = object()  # KeySpec.default of a key that has none
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One key of the study file: its type, default and meaning.  The tables below are the
+    study schema: the parser accepts exactly their keys, and ``docs/study-file.md`` is
+    generated from them (``python -m sweeps.docs``)."""
+
+    type: str
+    default: Any
+    doc: str
+    allowed: str = ""
+
+
+STUDY_FIELDS: dict[str, KeySpec] = {
+    "name": KeySpec("string", REQUIRED, "Study name: the MLflow experiment, the parent run's "
+                    "name and the default output folder `runs/<name>`.", "no `/`"),
+    "base": KeySpec("path or mapping", None, "The run config every trial starts from: a YAML "
+                    "file (relative to the study file) or an inline mapping; its keys are listed "
+                    "under *Run config* below. Empty: all defaults."),
+    "grid": KeySpec("mapping", {}, "Dotted run-config key -> list of values; the study trains "
+                    "the product of the axes. `seed: [0, 1, 2]` is the seed axis (default: "
+                    "`[base.seed]`). Cannot be combined with `search`."),
+    "search": KeySpec("mapping", None, "An Optuna search instead of a grid (keys below).", ""),
+    "resources": KeySpec("mapping", {}, "Ray resources per trial: `cpus`, `gpus` (keys below)."),
+    "max_concurrent": KeySpec("integer", 0, "Trials running at once; 0 = as resources allow.",
+                              ">= 0"),
+    "tracking_uri": KeySpec("string", "", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI, "
+                            "else `sqlite:///<out>/mlruns.db`."),
+    "ray_address": KeySpec("string", "", "Ray cluster address; empty = start a local Ray "
+                           "(dashboard and usage stats off)."),
+    "out": KeySpec("string", "", "Output folder (relative to the study file): store, "
+                   "artifacts, checkpoints, report; empty = `./runs/<name>` of the current "
+                   "folder. `--out` on the command line overrides it."),
+}
+SEARCH_FIELDS: dict[str, KeySpec] = {
+    "space": KeySpec("mapping", REQUIRED, "Dotted run-config key -> dimension (keys below); at "
+                     "least one."),
+    "trials": KeySpec("integer", 8, "Optuna trials in all (a relaunch runs only the missing "
+                      "ones).", ">= 1"),
+    "sampler_seed": KeySpec("integer", 0, "Seed of the TPE sampler."),
+    "seeds_per_trial": KeySpec("integer", 1, "Training seeds per trial (base.seed, base.seed + "
+                               "1, ...); the objective is their mean.", ">= 1"),
+    "metric": KeySpec("string", "eval/eval_unseen/success", "The logged metric to optimise."),
+    "mode": KeySpec("string", "max", "Maximise or minimise `metric`.", ", ".join(MODES)),
+    "storage": KeySpec("string", "optuna.db", "Optuna storage: a sqlite path relative to `out`, "
+                       "or any RDB URL."),
+}
+PARAM_FIELDS: dict[str, KeySpec] = {
+    "type": KeySpec("string", REQUIRED, "Kind of dimension.", ", ".join(PARAM_TYPES)),
+    "low": KeySpec("number", REQUIRED, "Lower bound (float and int dimensions)."),
+    "high": KeySpec("number", REQUIRED, "Upper bound (float and int), above `low`."),
+    "log": KeySpec("true/false", False, "Sample on a log scale (needs `low > 0`)."),
+    "choices": KeySpec("list", REQUIRED, "The values of a categorical dimension."),
+}
+RESOURCE_FIELDS: dict[str, KeySpec] = {
+    "cpus": KeySpec("number", 1.0, "CPUs per trial; fractions allowed.", ">= 0"),
+    "gpus": KeySpec("number", 0.0, "GPUs per trial; fractions allowed.", ">= 0"),
+}
+STUDY_KEYS = tuple(STUDY_FIELDS)
+SEARCH_KEYS = tuple(SEARCH_FIELDS)
+PARAM_KEYS = tuple(PARAM_FIELDS)
+RESOURCE_KEYS = tuple(RESOURCE_FIELDS)
 
 
 @dataclass(frozen=True)
