@@ -165,7 +165,12 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
 def eval_command(args: argparse.Namespace) -> int:
     """Evaluate a checkpoint on the config's fixed evaluation panels; print the metrics."""
     cfg = _load_run(args.config, args.overrides)
-    metrics = _import("trainer.run", "evaluation").evaluate(cfg, args.checkpoint)
+    if args.checkpoint is not None and not os.path.isdir(args.checkpoint):
+        raise CommandError(f"--checkpoint {args.checkpoint}: no such checkpoint folder")
+    try:
+        metrics = _import("trainer.run", "evaluation").evaluate(cfg, args.checkpoint)
+    except FileNotFoundError as e:  # no checkpoint in output.dir yet
+        raise CommandError(str(e)) from None
     for key, value in sorted(metrics.items()):
         print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
     return 0

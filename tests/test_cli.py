@@ -162,7 +162,23 @@ def test_train_passes_the_resolved_config(fake_algos, fake_run, capsys):
     assert fake_run.calls[-1][2] == "abc"
 
 
-def test_eval_prints_metrics(fake_algos, fake_run, capsys):
+def test_eval_without_a_checkpoint_is_one_error_line(fake_algos, fake_run, capsys, tmp_path):
+    code, _, err = run_main(capsys, "eval", RUN, "--checkpoint", str(tmp_path / "nope"))
+    assert code == 2
+    assert_one_line_error(err, f"--checkpoint {tmp_path / 'nope'}: no such checkpoint folder")
+
+    def no_checkpoint(cfg, checkpoint):
+        raise FileNotFoundError("no checkpoint under runs/x/checkpoints; pass --checkpoint")
+
+    fake_run.evaluate = no_checkpoint
+    code, _, err = run_main(capsys, "eval", RUN)
+    assert code == 2
+    assert_one_line_error(err, "no checkpoint under runs/x/checkpoints; pass --checkpoint")
+
+
+def test_eval_prints_metrics(fake_algos, fake_run, capsys, tmp_path, monkeypatch):
+    (tmp_path / "ckpt" / "step_5").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
     code, out, _ = run_main(capsys, "eval", RUN, "--checkpoint", "ckpt/step_5")
     assert code == 0
     assert out == "eval/eval_seen/episode_length: 7.25\neval/eval_seen/success: 0.5\n"
