@@ -208,9 +208,11 @@ class Trial:
 
 
 def format_value(value: Any) -> str:
-    """A config value for people: floats to 4 significant digits (``4.62``, ``0.001``)."""
+    """A config value for people: floats to 4 significant digits and still read as floats
+    (``4.62``, ``0.001``, ``2.0``, ``1e-05``)."""
     if isinstance(value, float):
-        return f"{value:.4g}"
+        text = f"{value:.4g}"
+        return text if any(c in text for c in ".eninf") else text + ".0"
     return str(value)
 
 

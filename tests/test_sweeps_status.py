@@ -37,6 +37,7 @@ def test_describe_rounds_floats_and_keeps_the_rest():
                                "rollout.group_size": 8}) == (
         "algo.beta_opd=4.62, algo.method=seed, rollout.group_size=8")
     assert describe_overrides([("algo.lambda_opd", 0.00123456)]) == "algo.lambda_opd=0.001235"
+    assert describe_overrides({"a": 2.0, "b": 1e-05, "c": 123456.0}) == "a=2.0, b=1e-05, c=1.235e+05"
 
 
 def test_distinguishing_keeps_only_the_keys_that_vary():
@@ -70,7 +71,7 @@ def test_search_status_shows_rounded_suggested_values(tmp_path, monkeypatch):
         client.set_terminated(run.info.run_id)
     lines = study_status(study).format().splitlines()
     assert any(line.split()[1:2] == ["algo.beta_opd=4.62"] for line in lines), lines
-    assert any(line.split()[1:2] == ["algo.beta_opd=1"] for line in lines), lines
+    assert any(line.split()[1:2] == ["algo.beta_opd=1.0"] for line in lines), lines
     assert lines[-1] == "2 finished, 0 running, 0 failed, 0 missing"
 
 
