@@ -52,6 +52,7 @@ from sweeps.study import (
 from trainer.config import from_dict, to_dict
 from trainer.extras import check_extras
 from trainer.tracking import (
+    EXPERIMENT_KIND_TAGS,
     KIND_TAG,
     NOTE_TAG,
     TERMINAL_STATUSES,
@@ -159,6 +160,8 @@ def ensure_parent(client: MlflowClient, exp_id: str, study: Study) -> str:
     experiment and the parent run carry descriptions that say where the study file, the
     outputs and the report are."""
     with_retry(client.set_experiment_tag, exp_id, NOTE_TAG, experiment_note(study))
+    for key, value in EXPERIMENT_KIND_TAGS.items():  # experiments created before the tag
+        with_retry(client.set_experiment_tag, exp_id, key, value)
     parent = find_parent(client, exp_id, study.name)
     if parent is not None:
         with_retry(client.update_run, parent.info.run_id, status="RUNNING")

@@ -198,7 +198,7 @@ def study_links(study: Study, base_url: str) -> list[str]:
     exp = with_retry(client.get_experiment_by_name, study.experiment)
     if exp is None:
         return []
-    links = [f"runs of study {study.name}: {base_url}/#/experiments/{exp.experiment_id}"]
+    links = [f"runs of study {study.name}: {base_url}/#/experiments/{exp.experiment_id}/runs"]
     parent = find_parent(client, exp.experiment_id, study.name)
     if parent is not None:
         links.append(f"study run (report under Artifacts): {base_url}/#/experiments/"
@@ -210,14 +210,25 @@ def serve(argv: list[str], env: dict[str, str]) -> int:
     """Run a server command in its own process group until it exits or this process gets
     SIGINT/SIGTERM; then stop the whole group (MLflow's server and its workers) so that
     nothing keeps serving the port.  Returns the server's exit code (0 when stopped)."""
-    proc = subprocess.Popen(argv, env=env, start_new_session=True)
-    stopping = []
+    stopping: list[int] = []
+    started: list[subprocess.Popen] = []
 
     def stop(signum, frame) -> None:
         stopping.append(signum)
-        _signal_group(proc, signal.SIGTERM)
+        for proc in started:
+            _signal_group(proc, signal.SIGTERM)
 
+    # Handlers first: a signal between the start and the handlers would orphan the server.
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    except BaseException:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
+    started.append(proc)
+    if stopping:  # stopped while starting
+        _signal_group(proc, signal.SIGTERM)
     try:
         code = proc.wait()
     finally:

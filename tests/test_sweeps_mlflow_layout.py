@@ -33,6 +33,7 @@ def test_a_study_reads_well_in_mlflow(tmp_path, monkeypatch):
 
     exp = client.get_experiment(exp_id)
     assert exp.name == "beta-study"
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # UI: runs view
     assert "beta-study" in exp.tags[NOTE_TAG] and str(study.out_dir) in exp.tags[NOTE_TAG]
     parent = client.get_run(parent_id)
     assert parent.info.run_name == "beta-study"

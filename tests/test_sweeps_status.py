@@ -107,7 +107,7 @@ def test_ui_argv_one_worker_and_links(tmp_path, monkeypatch):
     exp = experiment_id(client, study.experiment)
     parent = ensure_parent(client, exp, study)
     assert study_links(study, "http://h") == [
-        f"runs of study st: http://h/#/experiments/{exp}",
+        f"runs of study st: http://h/#/experiments/{exp}/runs",
         f"study run (report under Artifacts): http://h/#/experiments/{exp}/runs/{parent}"]
 
 

@@ -50,6 +50,9 @@ T = TypeVar("T")
 KIND_TAG = "hindsight.kind"
 CHECKPOINTS_TAG = "hindsight.checkpoints"
 NOTE_TAG = "mlflow.note.content"  # the run/experiment description shown by the MLflow UI
+# MLflow 3's UI opens an experiment without this tag in its GenAI (traces) view; training
+# runs belong in its model-training view (the runs table, charts, artifacts).
+EXPERIMENT_KIND_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 PARENT_TAG = "mlflow.parentRunId"
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages.warm_start.cache_dir")
@@ -125,14 +128,16 @@ def make_client(uri: str) -> MlflowClient:
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
-    """Get or create the experiment ``name``.  For a sqlite store the artifacts go to
+    """Get or create the experiment ``name`` (tagged as a model-training experiment for the
+    MLflow UI).  For a sqlite store the artifacts go to
     ``<db folder>/artifacts`` (MLflow's default would be ./mlruns of the current folder)."""
     exp = with_retry(client.get_experiment_by_name, name)
     if exp is not None:
         return exp.experiment_id
     location = artifact_root(client.tracking_uri)
     try:
-        return with_retry(client.create_experiment, name, artifact_location=location)
+        return with_retry(client.create_experiment, name, artifact_location=location,
+                          tags=EXPERIMENT_KIND_TAGS)
     except MlflowException:  # created concurrently by another process
         exp = with_retry(client.get_experiment_by_name, name)
         if exp is None:
