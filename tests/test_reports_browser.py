@@ -15,12 +15,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
+from test_reports_html import _report
 
 from sweeps.status import UI_ENV
-from test_reports_html import _report
 from trainer.tracking import experiment_id, make_client, sqlite_uri
 
 pytestmark = pytest.mark.slow
