@@ -65,11 +65,12 @@ def _loading(load: Callable[..., Any], *args: Any) -> Any:
         raise ConfigError(str(e)) from None
 
 
-def _load_run(path: str, overrides: list[str]) -> RunConfig:
+def _load_run(path: str, overrides: list[str], extras: bool = True) -> RunConfig:
     """Load and resolve a run config (the method/backbone defaults filled in); a missing
-    optional dependency it needs is a ConfigError too."""
+    optional dependency it needs is a ConfigError too (unless ``extras`` is False)."""
     cfg = _loading(lambda: resolve(load_config(path, overrides)))
-    check_extras(cfg)
+    if extras:
+        check_extras(cfg)
     return cfg
 
 
@@ -85,6 +86,9 @@ def check_study_extras(configs: Iterable[RunConfig]) -> None:
 def _validate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="a run config or a study YAML file")
     _add_overrides(parser)
+    parser.add_argument("--skip-extras", action="store_true",
+                        help="check the file only, not whether this machine has the optional "
+                             "packages it needs (e.g. a GPU study checked on a laptop)")
 
 
 def validate_command(args: argparse.Namespace) -> int:
@@ -95,10 +99,11 @@ def validate_command(args: argparse.Namespace) -> int:
                                "base and grid")
         study_module = _import("sweeps.study", "validating a study file")
         study = _loading(study_module.load_study, args.file)
-        check_study_extras(_loading(study_module.study_configs, study))
+        if not args.skip_extras:
+            check_study_extras(_loading(study_module.study_configs, study))
         print(f"ok: study {args.file} (name={getattr(study, 'name', '?')})")
         return 0
-    cfg = _load_run(args.file, args.overrides)
+    cfg = _load_run(args.file, args.overrides, extras=not args.skip_extras)
     print(f"ok: run config {args.file} (method={cfg.algo.method}, env={cfg.env.name}, "
           f"backbone={cfg.model.backbone})")
     return 0

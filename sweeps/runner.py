@@ -401,8 +401,9 @@ def _finish_parent(client: MlflowClient, parent_id: str, study: Study) -> StudyS
 def sweep_command(args: argparse.Namespace) -> int:
     """Launch or continue a study on Ray Tune; exit 0 when every (cell, seed) has finished."""
     study = load_study(args.study, out=args.out)
-    for cfg in study_configs(study):
-        check_extras(cfg)
+    if not (args.address or study.ray_address):  # a cluster's workers have their own packages
+        for cfg in study_configs(study):
+            check_extras(cfg)
     status = run_study(study, retry_failed=args.retry_failed, max_concurrent=args.max_concurrent,
                        address=args.address, dry_run=args.dry_run)
     if status is None:
