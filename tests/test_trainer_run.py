@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config import apply_overrides, load_config
+from trainer.config import load_config
 from trainer.tracking import make_client
 
 MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
@@ -59,6 +59,7 @@ def test_train_logs_run_metrics_artifacts_and_changes_parameters(tmp_path):
 
 def test_records_have_the_contract_columns(tmp_path):
     import pandas as pd
+
     from trainer.records import COLUMNS
     from trainer.run import train
 

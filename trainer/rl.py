@@ -183,7 +183,7 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
     cur, cur_seq = _score(ctx, ctx.model, trajs, skills, grad=True)
     width = cur.logp.shape[1]
     index = torch.tensor(rows, device=cur.logp.device)
-    take = lambda x: None if x is None else x[index, :width]  # noqa: E731  [b, T']
+    take = lambda x: None if x is None else x[index, :width]
     teacher = None
     if spec.skills:
         primary = spec.skills[0]

@@ -8,8 +8,8 @@ The sampled token ids are kept with the turn: they are exactly what gets scored.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from envs.base import StepResult, Task, TextEnv, Turn, finish_episode, play_turn
 from trainer.backend import GenerationBackend

@@ -26,7 +26,13 @@ from trainer.context import Context, build_context, start_rl
 from trainer.evaluate import evaluate_panels
 from trainer.records import build_records
 from trainer.rl import PhaseTimer, collect_batch, skill_texts, step_metrics, update
-from trainer.stages import load_cached_warm_start, save_warm_start, skill_sft, warm_start, warm_start_cache
+from trainer.stages import (
+    load_cached_warm_start,
+    save_warm_start,
+    skill_sft,
+    warm_start,
+    warm_start_cache,
+)
 from trainer.tracking import RunLogger, tracking_uri
 
 

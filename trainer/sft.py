@@ -9,7 +9,7 @@ tokens; the loss is the token-mean NLL over the targets of a minibatch.
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
