@@ -11,7 +11,7 @@ export RAY_AUTH_MODE := disabled
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: test test-slow demo bench warm-start gpu-bundle clean-venv
+.PHONY: test test-slow demo bench warm-start gpu-bundle browser-deps clean-venv
 GPU_BUNDLE ?= .gpu-bundle
 
 $(VENV)/.installed: pyproject.toml
@@ -59,6 +59,12 @@ warm-start: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) scripts/bench_envs.py
+
+# Headless Chromium for the report's browser check (tests/test_reports_browser.py, slow);
+# Debian packages, so root and apt-get are needed.  Without them that one test skips.
+browser-deps:
+	command -v chromedriver >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 clean-venv:
 	rm -rf $(VENV)

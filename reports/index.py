@@ -20,6 +20,7 @@ import pandas as pd
 from analysis import diagnostics
 from analysis.diagnostics import Skipped
 from reports import figures
+from reports.html import write_html
 from reports.layouts import (
     FINAL_SUCCESS,
     LAYOUTS,
@@ -115,7 +116,8 @@ FIGURES: dict[str, Callable[..., list[Path] | Skipped]] = {
 def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git_sha: str, *,
                  regenerate: str | None = None) -> Path:
     """Write every table (``tables/<layout>.md|.tex|.json``) and figure
-    (``figures/<name>.png|.pdf``) the inputs allow, then ``index.md``; return its path.
+    (``figures/<name>.png|.pdf``) the inputs allow, then ``index.md`` and the same report as
+    one self-contained ``index.html`` (:mod:`reports.html`); return the ``index.md`` path.
 
     ``regenerate``: the command line that rebuilds this report, quoted in the index
     (default ``hindsight report --study <study_name>``).
@@ -145,6 +147,10 @@ def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git
     command = regenerate or f"hindsight report --study {study_name}"
     index.write_text(_index_text(inputs.runs, provenance, written, skipped, command, out),
                      encoding="utf-8")
+    summary = [f"- git sha: `{provenance.git_sha}`", f"- generated: {provenance.generated_at}",
+               *_run_counts(inputs.runs)]
+    write_html(out / "index.html", f"Report: {provenance.study}", summary, written, skipped,
+               command, out)
     return index
 
 

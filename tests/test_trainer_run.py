@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config import apply_overrides, load_config
+from trainer.config import load_config
 from trainer.tracking import make_client
 
 MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
@@ -29,17 +29,25 @@ def test_train_logs_run_metrics_artifacts_and_changes_parameters(tmp_path):
     from trainer.context import build_context
     from trainer.run import train
 
-    cfg = micro(tmp_path, "algo.method=etro")
+    cfg = micro(tmp_path, "algo.method=etro", "output.log_checkpoints=true")
     result = train(cfg, progress=False)
     client, run = run_metrics(cfg, result.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags["method"] == "etro" and run.data.tags["env"] == "household"
+    assert run.data.tags["hindsight.checkpoints"] == str(tmp_path / "out" / "checkpoints")
     metrics = run.data.metrics
     for key in ("train/success", "train/entropy", "adv/mean", "time/rollout_s", "time/teacher_s",
                 "writer/invalid_rate", "eval/eval_unseen/success", "perf/tokens_per_s", "warm/loss_last"):
         assert key in metrics, key
     artifacts = {a.path for a in client.list_artifacts(result.run_id)}
-    assert {"config.json", "records", "skills"} <= artifacts
+    assert {"config.json", "records", "skills", "checkpoint"} <= artifacts
+    logged = {a.path for a in client.list_artifacts(result.run_id, "checkpoint")}
+    assert {"checkpoint/model", "checkpoint/trainer_state.pt"} <= logged, logged
+    # the skill samples show the text each teacher context used, never an empty line
+    skills = Path(client.download_artifacts(result.run_id, "skills/step_000002.txt", str(tmp_path)))
+    lines = skills.read_text().splitlines()
+    used = [line for line in lines if line.startswith(("positive:", "negative:"))]
+    assert used and all(line.split(":", 1)[1].strip() for line in used), lines
     records = {a.path for a in client.list_artifacts(result.run_id, "records")}
     assert "records/step_000002.parquet" in records
     # the trained checkpoint differs from a fresh initialisation with the same seed
@@ -51,6 +59,7 @@ def test_train_logs_run_metrics_artifacts_and_changes_parameters(tmp_path):
 
 def test_records_have_the_contract_columns(tmp_path):
     import pandas as pd
+
     from trainer.records import COLUMNS
     from trainer.run import train
 

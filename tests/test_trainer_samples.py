@@ -221,7 +221,8 @@ def test_full_truncation_groups_turns_and_keeps_skill_and_observation(tokenizer)
             assert list(seq.input_ids[: seq.turn_ids.index(t)]) == prompt and len(prompt) <= limit
             text = _prompt_text(tokenizer, seq, t)
             assert SKILL in text and text.rstrip().endswith(
-                f"location {t}. You see a mug {t} and a towel {t}.\nWhat do you do next?<|im_end|>\n<|im_start|>assistant"
+                f"location {t}. You see a mug {t} and a towel {t}.\nWhat do you do next?<|im_end|>\n"
+                "<|im_start|>assistant"
             )
 
 

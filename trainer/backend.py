@@ -57,7 +57,7 @@ class GenerationBackend(abc.ABC):
         """Sample one response per prompt.  ``temperature == 0`` is greedy decoding.
         ``stop_token_ids`` None = the tokenizer's ``<|im_end|>`` and EOS ids."""
 
-    def sync_weights(self, model: PreTrainedModel) -> None:
+    def sync_weights(self, model: PreTrainedModel) -> None:  # noqa: B027 - optional hook
         """Make the backend sample from ``model``'s current weights (no-op when the backend
         samples from the live model itself)."""
 

@@ -53,13 +53,19 @@ def _choices(*values: str) -> dict:
 class TinyModelConfig:
     """Shape of a random-init Qwen2-architecture model built from config (CPU tests/demo)."""
 
+    # Width of the hidden states.
     hidden_size: int = field(default=64, metadata={"ge": 8})
+    # Transformer blocks.
     num_layers: int = field(default=2, metadata={"ge": 1})
+    # Attention heads.
     num_heads: int = field(default=4, metadata={"ge": 1})
+    # Key/value heads (grouped-query attention); divides num_heads.
     num_kv_heads: int = field(default=2, metadata={"ge": 1})
+    # Width of the MLP.
     intermediate_size: int = field(default=128, metadata={"ge": 8})
     # Size of the byte-level BPE tokenizer trained locally on environment text.
     vocab_size: int = field(default=1024, metadata={"ge": 300})
+    # Longest sequence the model accepts.
     max_position_embeddings: int = field(default=4096, metadata={"ge": 64})
 
 
@@ -71,12 +77,15 @@ class ModelConfig:
     # path or hub name (GPU path).
     backbone: str = "tiny"
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    # Weights' dtype; auto = the checkpoint's own.
     dtype: str = field(default="float32", metadata=_choices("float32", "bfloat16", "float16", "auto"))
+    # auto = CUDA when available, else CPU.
     device: str = field(default="auto", metadata=_choices("auto", "cpu", "cuda"))
     # Generation backend for rollouts; vllm is GPU-only and imported lazily.
     backend: str = field(default="transformers", metadata=_choices("transformers", "vllm"))
     # Longest prompt (context) in tokens; history is truncated first, never skill or obs.
     max_prompt_tokens: int = field(default=2048, metadata={"ge": 64})
+    # Recompute activations in the backward pass (less memory, slower).
     gradient_checkpointing: bool = False
 
 
@@ -108,7 +117,9 @@ class RolloutConfig:
     group_size: int = field(default=8, metadata={"ge": 1})
     # Tasks per RL step (the batch is tasks_per_step * group_size trajectories).
     tasks_per_step: int = field(default=4, metadata={"ge": 1})
+    # Sampling temperature of rollouts.
     temperature: float = field(default=1.0, metadata={"ge": 0.0})
+    # Nucleus-sampling mass of rollouts.
     top_p: float = field(default=1.0, metadata={"gt": 0.0, "le": 1.0})
     # Response token budget per turn.
     max_new_tokens: int = field(default=48, metadata={"ge": 1})
@@ -122,14 +133,21 @@ class WriterConfig:
     kind: str | None = field(default=None, metadata=_choices("self", "oracle", "external", "static", "none"))
     # Self writer: refresh the writer snapshot every k updates; 0 = never (stale ablation).
     refresh_every: int = field(default=1, metadata={"ge": 0})
+    # Sampling temperature of the writer (self/frozen/external).
     temperature: float = field(default=0.6, metadata={"ge": 0.0})
+    # Nucleus-sampling mass of the writer.
     top_p: float = field(default=0.95, metadata={"gt": 0.0, "le": 1.0})
+    # Token budget of one written hindsight.
     max_new_tokens: int = field(default=96, metadata={"ge": 1})
     # External writer: chat-completions base URL, model name and the env var with the key.
     endpoint: str = ""
+    # External writer: the model name sent to the endpoint.
     model: str = ""
+    # External writer: the environment variable holding the API key.
     api_key_env: str = "OPENAI_API_KEY"
+    # External writer: retries before the documented fallback.
     max_retries: int = field(default=3, metadata={"ge": 0})
+    # External writer: seconds per request.
     timeout_s: float = field(default=60.0, metadata={"gt": 0.0})
     # Static writer / Skill-SD / Skill-GRPO: path to a skill library (JSON); "" = built-in.
     library: str = ""
@@ -149,22 +167,30 @@ class AlgoConfig:
     suffix_skill: str = field(default="positive", metadata=_choices("positive", "negative"))
     # Teacher log-probs: old (frozen policy, once) or current (live policy, per minibatch).
     teacher: str | None = field(default=None, metadata=_choices("old", "current"))
+    # PPO ratio clip epsilon.
     clip_eps: float = field(default=0.2, metadata={"gt": 0.0, "lt": 1.0})
+    # beta_KL: weight of the k3 KL penalty to the reference policy.
     kl_coef: float = field(default=0.01, metadata={"ge": 0.0})
     # GRPO std normalisation: unbiased, population, or none (Dr.GRPO).
     std_mode: str = field(default="unbiased", metadata=_choices("unbiased", "population", "none"))
+    # eps in A = (R - mean) / (std + eps).
     adv_eps: float = field(default=1e-6, metadata={"gt": 0.0})
+    # How token losses are averaged: over all tokens, or per sequence first.
     loss_agg: str = field(
         default="token-mean",
         metadata=_choices("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
     )
     # RLSD: bound on the log-prob-gap coefficient and its linear decay horizon (RL steps).
     rlsd_bound: float = field(default=0.5, metadata={"ge": 0.0})
+    # RLSD: RL steps over which the coefficient bound decays linearly.
     rlsd_decay_steps: int = field(default=100, metadata={"ge": 1})
     # Optimiser. lr None = backbone default (1e-6 real backbones, larger for tiny).
     lr: float | None = field(default=None, metadata={"gt": 0.0})
+    # AdamW weight decay.
     weight_decay: float = field(default=0.01, metadata={"ge": 0.0})
+    # Gradient-norm clip; 0 = none.
     grad_clip: float = field(default=1.0, metadata={"ge": 0.0})
+    # Passes over each RL batch.
     ppo_epochs: int = field(default=1, metadata={"ge": 1})
     # Trajectories per PPO minibatch; 0 = the whole batch.
     minibatch_size: int = field(default=0, metadata={"ge": 0})
@@ -174,9 +200,13 @@ class AlgoConfig:
 class WarmStartConfig:
     # Behaviour cloning on scripted-expert demonstrations; None = on for tiny backbones only.
     enabled: bool | None = None
+    # Scripted demonstration episodes.
     episodes: int = field(default=300, metadata={"ge": 1})
+    # Passes over the demonstrations.
     epochs: int = field(default=2, metadata={"ge": 1})
+    # Learning rate of behaviour cloning.
     lr: float = field(default=3e-3, metadata={"gt": 0.0})
+    # Sequences per behaviour-cloning batch.
     batch_size: int = field(default=16, metadata={"ge": 1})
     # Probability of a random / plausible-wrong expert action (realistic mistakes).
     expert_epsilon: float = field(default=0.1, metadata={"ge": 0.0, "le": 1.0})
@@ -191,6 +221,7 @@ class WarmStartConfig:
     # Reuse a warm-started model across runs with the same model, env, warm-start settings
     # and seed (e.g. the methods of a study); "" = $HINDSIGHT_CACHE or ~/.cache/hindsight-lab.
     cache: bool = True
+    # Folder of the warm-start cache; "" = the default above (a study uses <out>/cache).
     cache_dir: str = ""
 
 
@@ -198,10 +229,15 @@ class WarmStartConfig:
 class SkillSFTConfig:
     # SEED Stage 1 (hindsight-skill SFT); None = on when the method's table says so.
     enabled: bool | None = None
+    # Training tasks whose rollouts are annotated with skills.
     tasks: int = field(default=180, metadata={"ge": 1})
+    # Rollouts per task.
     rollouts_per_task: int = field(default=8, metadata={"ge": 1})
+    # Passes over the annotated rollouts.
     epochs: int = field(default=3, metadata={"ge": 1})
+    # Stage-1 learning rate; None = the resolved algo.lr.
     lr: float | None = field(default=None, metadata={"gt": 0.0})
+    # Sequences per SFT batch.
     batch_size: int = field(default=8, metadata={"ge": 1})
 
 
@@ -236,10 +272,13 @@ class EvalConfig:
 class TrackingConfig:
     # MLflow tracking URI; "" = sqlite:///<output.dir>/mlruns.db (or $MLFLOW_TRACKING_URI).
     uri: str = ""
+    # MLflow experiment; a study uses its own name unless this is changed.
     experiment: str = "hindsight"
     # Set by sweeps: the study name and the parent run this run belongs to.
     study: str = ""
+    # Set by sweeps: the study's parent run.
     parent_run_id: str = ""
+    # MLflow run name; a study sets <method>-s<seed>-<cell id>.
     run_name: str = ""
     # Write per-turn Parquet records at every evaluation/diagnostic step.
     records: bool = True
@@ -247,10 +286,16 @@ class TrackingConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
+    # Run folder: checkpoints, records (a study sets <out>/trials/<trial>).
     dir: str = "runs/default"
     # Save a checkpoint every k RL steps (and at the end); 0 = only at the end.
     checkpoint_every: int = field(default=10, metadata={"ge": 0})
+    # Newest checkpoints kept on disk.
     keep_checkpoints: int = field(default=2, metadata={"ge": 1})
+    # Also log the final checkpoint as the run's ``checkpoint/`` artifact (a copy in the
+    # artifact store, reachable from the MLflow UI); its folder is always the run's
+    # ``hindsight.checkpoints`` tag.
+    log_checkpoints: bool = False
 
 
 @dataclass(frozen=True)
@@ -263,6 +308,7 @@ class RunConfig:
     stages: StagesConfig = field(default_factory=StagesConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    # Seed of everything random in the run (sampling, init, tasks); a study's seed axis.
     seed: int = field(default=0, metadata={"ge": 0})
     output: OutputConfig = field(default_factory=OutputConfig)
 
@@ -478,6 +524,8 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"{path}: no such file") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (expected UTF-8 YAML)") from None
     data = yaml_load(text, where=str(path))
     if data is None:
         return {}

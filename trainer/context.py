@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 import functools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 

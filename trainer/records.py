@@ -4,7 +4,7 @@ the diagnostics read; columns listed in :data:`COLUMNS`)."""
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import torch

@@ -172,7 +172,7 @@ def credit_inputs(batch: StepBatch, step: int, seed: int) -> CreditInputs:
 
 def update(ctx: Context, batch: StepBatch, step: int, timer: PhaseTimer) -> tuple[dict[str, float], bool]:
     """PPO epochs over trajectory minibatches.  Returns (mean loss metrics, finite)."""
-    cfg, spec = ctx.cfg, ctx.spec
+    cfg = ctx.cfg
     n = len(batch.trajectories)
     size = cfg.algo.minibatch_size or n
     order = list(range(n))
@@ -198,7 +198,7 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
     cur, cur_seq = _score(ctx, ctx.model, trajs, skills, grad=True)
     width = cur.logp.shape[1]
     index = torch.tensor(rows, device=cur.logp.device)
-    take = lambda x: None if x is None else x[index, :width]  # noqa: E731  [b, T']
+    take = lambda x: None if x is None else x[index, :width]
     teacher = None
     if spec.skills:
         primary = spec.skills[0]

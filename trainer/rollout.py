@@ -8,8 +8,8 @@ The sampled token ids are kept with the turn: they are exactly what gets scored.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from envs.base import StepResult, Task, TextEnv, Turn, finish_episode, play_turn
 from trainer.backend import GenerationBackend
@@ -68,7 +68,8 @@ def collect(
         live.append(_Live(env, task, skill, obs, obs, [], []))
     generated, turn_index = 0, 0
     while active := [ep for ep in live if not ep.done]:
-        prompts = [builder.rollout_prompt(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill) for ep in active]
+        prompts = [builder.rollout_prompt(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill)
+                   for ep in active]
         outs = backend.generate(
             prompts, max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
             top_p=sampling.top_p, seed=None if seed is None else seed + turn_index,

@@ -25,7 +25,7 @@ from trainer.config import RunConfig, resolve
 from trainer.context import Context, build_context, start_rl
 from trainer.evaluate import evaluate_panels
 from trainer.records import build_records
-from trainer.rl import PhaseTimer, collect_batch, step_metrics, update
+from trainer.rl import PhaseTimer, collect_batch, skill_texts, step_metrics, update
 from trainer.stages import (
     BUNDLE_META,
     bundle_path,
@@ -105,6 +105,9 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
             save_checkpoint(out, state, ctx.model, ctx.tokenizer, ctx.optimizer, cfg.output.keep_checkpoints)
         bar.set_postfix(success=f"{metrics['train/success']:.2f}")
     logger.flush()
+    last = latest_checkpoint(out) if cfg.output.log_checkpoints else None
+    if last is not None:
+        logger.log_artifacts(last, "checkpoint")
     return final
 
 
@@ -191,7 +194,7 @@ def _evaluate(ctx: Context, logger: RunLogger, out: Path, step: int, batch) -> d
         frames.append(build_records(step, "train", batch.trajectories, batch.group_ids, batch.hindsights,
                                     batch.deltas, batch.old.turn_ids, batch.old.mask, ctx.cfg.algo.beta_opd))
         if batch.hindsights:
-            logger.log_text(_skills_text(batch), f"skills/step_{step:06d}.txt")
+            logger.log_text(_skills_text(ctx, batch), f"skills/step_{step:06d}.txt")
     if ctx.cfg.tracking.records:
         path = out / "records" / f"step_{step:06d}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,13 +204,28 @@ def _evaluate(ctx: Context, logger: RunLogger, out: Path, step: int, batch) -> d
     return metrics
 
 
-def _skills_text(batch, limit: int = 8) -> str:
+def _skills_text(ctx: Context, batch, limit: int = 8) -> str:
+    """The first ``limit`` trajectories' hindsight as the teacher saw it: per teacher context
+    of the method, the exact text spliced in (``skill_texts``), or why there was none; the
+    writer's raw output when it was malformed."""
+    used = {context: skill_texts(ctx, context, batch) for context in ctx.spec.skills}
     blocks = []
-    for traj, h in list(zip(batch.trajectories, batch.hindsights))[:limit]:
-        blocks.append(
-            f"# task {traj.task.id} success={traj.episode.success} valid={h.valid} error_turn={h.error_turn}\n"
-            f"positive: {h.positive_skill}\nnegative: {h.negative_skill}\n")
+    for i, (traj, h) in enumerate(list(zip(batch.trajectories, batch.hindsights))[:limit]):
+        lines = [f"# task {traj.task.id} success={traj.episode.success} valid={h.valid} "
+                 f"error_turn={h.error_turn}"]
+        for context, texts in used.items():
+            lines.append(f"{context}: {texts[i] or _no_skill(h, context)}")
+        if not h.valid:
+            raw = " ".join(h.raw.split())
+            lines.append(f"writer output: {raw[:400] or '(empty)'}")
+        blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)
+
+
+def _no_skill(h, context: str) -> str:
+    if not h.valid:
+        return "(none: the writer's output was malformed; no skill for this trajectory)"
+    return f"(none: the writer gave no {context} skill)"
 
 
 def evaluate(cfg: RunConfig, checkpoint: str | None = None) -> dict[str, float]:

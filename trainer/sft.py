@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -67,8 +67,9 @@ def sft(
         for start in range(0, len(order), batch_size):
             batch = [examples[i] for i in order[start:start + batch_size]]
             logp, _ = sequence_logprobs(model, batch, micro_batch=batch_size, grad=True, with_entropy=False)  # [N, L]
-            mask = torch.stack([torch.nn.functional.pad(torch.tensor(s.action_mask, dtype=logp.dtype),
-                                                        (0, logp.shape[1] - len(s))) for s in batch]).to(logp.device)  # [N, L]
+            pad = torch.nn.functional.pad
+            mask = torch.stack([pad(torch.tensor(s.action_mask, dtype=logp.dtype), (0, logp.shape[1] - len(s)))
+                                for s in batch]).to(logp.device)  # [N, L]
             loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -2,7 +2,8 @@
 
 * Warm start (tiny backbones only): behaviour cloning on scripted demonstrations with
   realistic mistakes (``expert_epsilon``) from the environment's observation-consistent
-  demonstrator (``TextEnv.demo_action``: it decides only from what the policy sees), some with a correct skill in context so the
+  demonstrator (``TextEnv.demo_action``: it decides only from what the policy sees), some
+  with a correct skill in context so the
   policy can read skills, some teaching it to write a skill from a trajectory (so that a
   self writer has something to start from).  A tiny model without a warm start cannot act.
 * Stage 1, hindsight-skill SFT (SEED review, Stage 1): rollouts of the base policy

@@ -3,11 +3,13 @@
 Layout of a training run (DESIGN.md "Tracking"):
 
 * tags ``study``, ``cell_id``, ``method``, ``env``, ``backbone``, ``seed``, ``git_sha``,
-  ``hindsight.kind`` (``"trial"``; a study's parent run uses ``"study"``) and
-  ``mlflow.parentRunId`` when the run belongs to a study;
+  ``hindsight.kind`` (``"trial"``; a study's parent run uses ``"study"``),
+  ``hindsight.checkpoints`` (the checkpoint folder) and ``mlflow.parentRunId`` when the run
+  belongs to a study;
 * params ``flatten(resolve(cfg))`` (values longer than MLflow's limit are truncated);
 * metrics buffered per step and written with one ``log_batch`` call per step;
-* artifacts ``config.json`` and, on an exception, ``traceback.txt`` with status FAILED.
+* artifacts ``config.json``, ``checkpoint/`` (the final checkpoint, with
+  ``output.log_checkpoints``) and, on an exception, ``traceback.txt`` with status FAILED.
 
 The store defaults to ``sqlite:///<output.dir>/mlruns.db`` unless ``cfg.tracking.uri`` or
 ``$MLFLOW_TRACKING_URI`` names another one.  Every store call is retried on sqlite's
@@ -46,6 +48,11 @@ from trainer.config import RunConfig, canonical_json, flatten, resolve, to_dict
 T = TypeVar("T")
 
 KIND_TAG = "hindsight.kind"
+CHECKPOINTS_TAG = "hindsight.checkpoints"
+NOTE_TAG = "mlflow.note.content"  # the run/experiment description shown by the MLflow UI
+# MLflow 3's UI opens an experiment without this tag in its GenAI (traces) view; training
+# runs belong in its model-training view (the runs table, charts, artifacts).
+EXPERIMENT_KIND_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 PARENT_TAG = "mlflow.parentRunId"
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages.warm_start.cache_dir")
@@ -84,17 +91,31 @@ def with_retry(fn: Callable[..., T], *args: Any, attempts: int = 12, **kwargs: A
     raise AssertionError("unreachable")
 
 
+def artifact_root(uri: str) -> str | None:
+    """``<db folder>/artifacts`` as a file URI for a sqlite store (None for other stores)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri[len("sqlite:///"):]).parent / "artifacts").as_uri()
+
+
 def make_client(uri: str) -> MlflowClient:
     """A client whose store is open.  For a sqlite file, opening (which creates or migrates
     MLflow's schema) holds an exclusive lock on ``<db>.lock`` so that processes opening a
-    fresh store at once do not race on the schema."""
+    fresh store at once do not race on the schema; a fresh store is created with its artifact
+    root beside the database, so that even MLflow's ``Default`` experiment points inside the
+    study folder (MLflow's own default is ``./mlruns`` of the current folder)."""
 
     def connect() -> MlflowClient:
+        if root is not None and not db.exists():
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+            SqlAlchemyStore(uri, root)  # creates the schema and the Default experiment
         client = MlflowClient(tracking_uri=uri)
         client._tracking_client.store  # noqa: B018 - opens the store (creates the schema)
         return client
 
-    if not uri.startswith("sqlite:///"):
+    root = artifact_root(uri)
+    if root is None:
         return with_retry(connect)
     db = Path(uri[len("sqlite:///"):])
     db.parent.mkdir(parents=True, exist_ok=True)
@@ -107,17 +128,16 @@ def make_client(uri: str) -> MlflowClient:
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
-    """Get or create the experiment ``name``.  For a sqlite store the artifacts go to
+    """Get or create the experiment ``name`` (tagged as a model-training experiment for the
+    MLflow UI).  For a sqlite store the artifacts go to
     ``<db folder>/artifacts`` (MLflow's default would be ./mlruns of the current folder)."""
     exp = with_retry(client.get_experiment_by_name, name)
     if exp is not None:
         return exp.experiment_id
-    uri = client.tracking_uri
-    location = None
-    if uri.startswith("sqlite:///"):
-        location = (Path(uri[len("sqlite:///"):]).parent / "artifacts").as_uri()
+    location = artifact_root(client.tracking_uri)
     try:
-        return with_retry(client.create_experiment, name, artifact_location=location)
+        return with_retry(client.create_experiment, name, artifact_location=location,
+                          tags=EXPERIMENT_KIND_TAGS)
     except MlflowException:  # created concurrently by another process
         exp = with_retry(client.get_experiment_by_name, name)
         if exp is None:
@@ -157,6 +177,7 @@ def run_tags(cfg: RunConfig, kind: str = "trial") -> dict[str, str]:
         "seed": str(cfg.seed),
         "git_sha": git_sha(),
         KIND_TAG: kind,
+        CHECKPOINTS_TAG: str(Path(cfg.output.dir).expanduser().resolve() / "checkpoints"),
     }
     if cfg.tracking.parent_run_id:
         tags[PARENT_TAG] = cfg.tracking.parent_run_id
@@ -281,6 +302,10 @@ class RunLogger:
 
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
         with_retry(self.client.log_artifact, self._id(), str(local_path), artifact_path)
+
+    def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
+        """Log every file under ``local_dir`` (a checkpoint folder, a report)."""
+        with_retry(self.client.log_artifacts, self._id(), str(local_dir), artifact_path)
 
     # -- internals
     def _id(self) -> str:

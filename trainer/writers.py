@@ -27,7 +27,8 @@ import re
 import time
 import urllib.error
 import urllib.request
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from envs.base import Hindsight, Task, TextEnv, expert_policy, run_episode
 from trainer.config import WriterConfig

@@ -192,7 +192,8 @@ PRODUCT_TYPES: tuple[ProductType, ...] = (
 BRANDS: dict[str, tuple[str, ...]] = {
     "clothing": ("Northwind", "Alder & Co", "Bluepeak", "Coastline", "Hearthwear", "Marlow", "Tidewell", "Urbanite"),
     "beauty": ("Lumiere", "Verdant", "Pure Petal", "Aurelia", "Mossbloom", "Clarity Lab", "Saltwater", "Halo"),
-    "grocery": ("Harvest Lane", "Golden Acre", "Wildroot", "Maple Hollow", "Sunny Mill", "Brookfarm", "Kindred", "Oakleaf"),
+    "grocery": ("Harvest Lane", "Golden Acre", "Wildroot", "Maple Hollow", "Sunny Mill", "Brookfarm",
+                "Kindred", "Oakleaf"),
     "home": ("Homestead", "Linenloft", "Cozyden", "Driftwood", "Nestwell", "Palisade", "Quietnest", "Ravenhill"),
     "electronics": ("Voltix", "Sonara", "Kestrel", "Nimbus", "Arcwave", "Zentro", "Polaris", "Quanta"),
 }
