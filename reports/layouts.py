@@ -193,27 +193,26 @@ def add_variants(runs: pd.DataFrame, params: Sequence[str] | None = None) -> pd.
     cell = out["cell_id"].astype(str) if "cell_id" in out.columns else \
         out[params].astype(str).agg("|".join, axis=1) if params else pd.Series("", out.index)
     strata = [c for c in ("env", "backbone") if c in out.columns]
-    variant = out["method"].astype(str).copy()
-    pairs = pd.Series([()] * len(out), index=out.index, dtype=object)
-    for method, group in out.groupby("method", sort=False):
-        swept = [p for p in params if _varies(group, p, strata)]
-        for i, row in group.iterrows():
-            pairs.at[i] = tuple((p, row[p]) for p in swept)
-            if swept:
-                variant.at[i] = f"{method} ({', '.join(_param_text(p, v) for p, v in pairs.at[i])})"
-    out["variant"], out["variant_params"] = variant, pairs
+    text = out[params].astype(str)
+    counts = text.groupby([out["method"], *(out[c] for c in strata)], sort=False).nunique()
+    swept_of = (counts > 1).groupby(level=0, sort=False).any()  # [methods, params]
+    variant = out["method"].astype(str).tolist()
+    pairs: list[tuple] = [()] * len(out)
+    values = out[params].to_dict("list")
+    swept_by = {m: [p for p, hit in zip(params, row) if hit]
+                for m, row in zip(swept_of.index, swept_of.to_numpy())}
+    for i, method in enumerate(variant):
+        swept = swept_by.get(method, [])
+        if swept:
+            pairs[i] = tuple((p, values[p][i]) for p in swept)
+            variant[i] = f"{method} ({', '.join(_param_text(p, v) for p, v in pairs[i])})"
+    out["variant"] = variant
+    out["variant_params"] = pd.Series(pairs, index=out.index, dtype=object)
     per = out.assign(_cell=cell).groupby([*strata, "variant"], sort=False)["_cell"]
     clash = per.transform("nunique") > 1
     out.loc[clash, "variant"] = [f"{v} [cell {c[:6]}]" for v, c in
                                  zip(out.loc[clash, "variant"], cell[clash])]
     return out
-
-
-def _varies(group: pd.DataFrame, param: str, strata: list[str]) -> bool:
-    values = group[param].astype(str)
-    if not strata:
-        return values.nunique() > 1
-    return bool((values.groupby([group[c] for c in strata]).nunique() > 1).any())
 
 
 def prepare_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -240,8 +239,9 @@ def summarize_layout(runs: pd.DataFrame, layout: Layout, *, alpha: float = 0.05,
         return Skipped(layout.name, f"run frame lacks columns {need}")
     data = prepare_runs(runs)
     data = data[data["method"].isin(layout.methods)]
-    if data.empty:
-        return Skipped(layout.name, f"no runs of methods {list(layout.methods)}")
+    if data.empty or set(data["method"]) == {layout.baseline}:
+        return Skipped(layout.name, f"no runs of methods {list(layout.methods)}"
+                       + (f" besides the baseline {layout.baseline}" if len(data) else ""))
     metrics = [m for m in table_metrics(data) if m.role in layout.roles]
     base = baseline_map(data, layout.baseline)
     parts = [_summarize_metric(data, m, base, alpha, ci, n_boot, seed) for m in metrics]
