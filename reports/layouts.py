@@ -60,7 +60,7 @@ PARAM_SYMBOLS = {"algo.suffix_weight": "α", "algo.beta_opd": "β", "algo.lambda
 SUMMARY_KEYS = ("env", "backbone", "variant")
 # Loader columns that identify a run rather than configure it, and config prefixes that
 # never define a cell (trainer.tracking.CELL_EXCLUDE).
-IDENTITY_COLUMNS = ("run_id", "status", "study", "cell_id", "method", "env", "backbone", "seed",
+IDENTITY_COLUMNS = ("run_id", "status", "experiment_id", "study", "cell_id", "method", "env", "backbone", "seed",
                     "algo.method", "env.name", "model.backbone")
 NON_CELL_PREFIXES = ("tracking.", "output.", "stages.warm_start.cache")
 DERIVED_COLUMNS = ("env_key", "env_label", "variant", "variant_params", "final_success")

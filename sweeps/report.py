@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from sweeps.status import find_parent
-from sweeps.study import load_study
-from trainer.tracking import experiment_id, git_sha, make_client, with_retry
+from sweeps.study import expand, load_study
+from trainer.tracking import git_sha, make_client, with_retry
 
 CURVE_KEYS = ("train/success", "train/episode_length", "train/entropy", "train/score")
 
@@ -25,12 +25,21 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--external", default=None, metavar="CSV",
                         help="externally reported results to merge (method, backbone, metrics, source)")
     parser.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for CIs")
+    parser.add_argument("--cells", choices=("std", "ci"), default="std",
+                        help="table cells: mean ± std (default) or mean [95%% CI]")
+    parser.add_argument("--ci", choices=("t", "bootstrap"), default="t",
+                        help="interval over seeds: Student t (default) or percentile bootstrap")
+    parser.add_argument("--ui-url", default="http://127.0.0.1:5000",
+                        help="MLflow UI address that run ids in index.md link to "
+                             "(`hindsight ui` serves it; '' for no links)")
 
 
 def build_study_report(study_path: str, out: str | None = None, external: str | None = None,
-                       n_boot: int = 2000, echo=print) -> Path:
+                       n_boot: int = 2000, echo=print, *, cells: str = "std", ci: str = "t",
+                       ui_url: str | None = "http://127.0.0.1:5000") -> Path:
     """Load the study's runs, build every table and figure they support, write index.md,
-    log the report folder on the parent run; return the index path."""
+    log the report folder on the study's parent run when there is one (the store is never
+    written otherwise); return the index path."""
     from analysis.loader import load_histories, load_records, load_runs
     from reports.index import ReportInputs, build_report
 
@@ -39,28 +48,48 @@ def build_study_report(study_path: str, out: str | None = None, external: str | 
     runs = load_runs(study.store_uri, study.name)
     finished = runs[runs["status"] == "FINISHED"] if "status" in runs else runs
     if finished.empty:
-        raise ValueError(f"study {study.name!r} has no finished runs yet; run `hindsight sweep {study_path}`")
+        raise ValueError(f"study {study.name!r} has no finished runs yet "
+                         f"({len(runs)} runs, none FINISHED); run `hindsight sweep {study_path}`")
     ids = list(finished["run_id"])
     histories = load_histories(study.store_uri, ids, CURVE_KEYS)
     records = load_records(study.store_uri, ids)
-    inputs = ReportInputs.from_frames(finished, histories=histories, records=records,
-                                      external_csv=external, n_boot=n_boot)
+    inputs = ReportInputs.from_frames(runs, histories=histories, records=records,
+                                      external_csv=external, expected=_expected(study),
+                                      ui_url=ui_url or None, cell_format=cells, ci=ci,
+                                      n_boot=n_boot)
     out_dir = Path(out) if out else study.out_dir / "report"
     index = build_report(inputs, out_dir, study.name, git_sha(),
                          regenerate=f"hindsight report {study_path}")
     echo(f"report of {len(finished)} runs written to {index} in {time.perf_counter() - started:.1f}s")
-    _log_on_parent(study, out_dir)
+    if not _log_on_parent(study, out_dir):
+        echo(f"study {study.name!r} has no parent run in {study.store_uri}; "
+             "the report was not logged to the store")
     return index
 
 
-def _log_on_parent(study, out_dir: Path) -> None:
+def _expected(study) -> int | None:
+    """Number of (cell, seed) trials the study defines (a search: trials x seeds)."""
+    if study.search is not None:
+        return study.search.trials * study.search.seeds_per_trial
+    return len(expand(study))
+
+
+def _log_on_parent(study, out_dir: Path) -> bool:
+    """Log the report folder on the study's parent run; False (nothing written: no
+    experiment is created) when the study has no parent run."""
     client = make_client(study.store_uri)
-    parent = find_parent(client, experiment_id(client, study.experiment), study.name)
-    if parent is not None:
-        with_retry(client.log_artifacts, parent.info.run_id, str(out_dir), "report")
+    experiment = with_retry(client.get_experiment_by_name, study.experiment)
+    if experiment is None:
+        return False
+    parent = find_parent(client, experiment.experiment_id, study.name)
+    if parent is None:
+        return False
+    with_retry(client.log_artifacts, parent.info.run_id, str(out_dir), "report")
+    return True
 
 
 def report_command(args: argparse.Namespace) -> int:
     """Regenerate a study's paper tables and figures from its tracked runs (index.md)."""
-    build_study_report(args.study, args.out, args.external, args.n_boot)
+    build_study_report(args.study, args.out, args.external, args.n_boot, cells=args.cells,
+                       ci=args.ci, ui_url=args.ui_url)
     return 0
