@@ -32,8 +32,10 @@ from reports.layouts import (
 from reports.tables import (
     Provenance,
     Table,
+    latex_document,
     merge_reported,
     read_reported,
+    to_latex,
     to_markdown,
     write_table,
 )
@@ -164,6 +166,11 @@ def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git
         table = replace(table, cell_format=inputs.cell_format)
         tables[f"table {name}"] = table
         written[f"table {name}"] = write_table(table, out / "tables" / name, provenance)
+    if tables:
+        doc = out / "tables" / "tables.tex"
+        doc.write_text(latex_document([to_latex(t, provenance) for t in tables.values()]),
+                       encoding="utf-8")
+        written["all tables (LaTeX document: pdflatex tables.tex)"] = [doc]
     frames = inputs.figure_frames()
     for name, draw in FIGURES.items():
         result = draw(frames.get(name), out / "figures" / name)

@@ -44,7 +44,7 @@ _TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
                  "^": r"\textasciicircum{}"}
 _TEX_SYMBOLS = {BETTER: r"$^{\dagger}$", WORSE: r"$^{\ddagger}$", REPORTED: r"$^{\S}$",
                 "±": r"$\pm$", "α": r"$\alpha$", "β": r"$\beta$", "λ": r"$\lambda$",
-                "≤": r"$\le$", "–": "--"}
+                "≤": r"$\le$", "–": "--", "×": r"$\times$", "Δ": r"$\Delta$", "—": "---"}
 
 
 @dataclass(frozen=True)
@@ -398,6 +398,19 @@ def write_table(table: Table, stem: str | Path, provenance: Provenance) -> list[
     record = provenance_record(table, provenance)
     paths[2].write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return paths
+
+
+LATEX_PREAMBLE = (r"\documentclass{article}", r"\usepackage[margin=2.5cm]{geometry}",
+                  r"\usepackage{booktabs}", r"\usepackage{graphicx}")
+
+
+def latex_document(bodies: Sequence[str]) -> str:
+    """A standalone article holding the given ``to_latex`` outputs (one float per page):
+    ``pdflatex`` compiles it with booktabs and graphicx (Debian texlive-latex-recommended)."""
+    parts = [*LATEX_PREAMBLE, r"\begin{document}"]
+    for body in bodies:
+        parts += [body, r"\clearpage"]
+    return "\n".join([*parts, r"\end{document}"]) + "\n"
 
 
 def _tex_provenance(table: Table, provenance: Provenance | None) -> list[str]:
