@@ -42,9 +42,11 @@ def _save(fig: Figure, stem: str | Path) -> list[Path]:
 
 
 def _panels(n: int, ncols: int = 3) -> tuple[Figure, np.ndarray]:
-    ncols = min(ncols, n)
+    ncols = max(1, min(ncols, n))
     nrows = -(-n // ncols)
-    fig = Figure(figsize=(_PANEL[0] * ncols, _PANEL[1] * nrows), layout="constrained")
+    # Extra width on the right holds the legend outside the data (and a one-panel title).
+    fig = Figure(figsize=(_PANEL[0] * ncols + 2.2, _PANEL[1] * nrows + 0.4),
+                 layout="constrained")
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False).ravel())
     for ax in axes[n:]:
         ax.set_visible(False)
@@ -72,6 +74,39 @@ def _label(method: str) -> str:
     return METHOD_LABELS.get(method, method)
 
 
+# ---------------------------------------------------------------- styles
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+
+
+def styles(labels: Sequence[str]) -> dict[str, dict]:
+    """A colour and marker per label, distinct for up to 20 labels (tab20 colours, each
+    with its own marker), in the given (table) order, so a method looks the same in every
+    figure that lists the same labels."""
+    colors = matplotlib.colormaps["tab20"].colors
+    ordered = list(dict.fromkeys(labels))
+    return {label: {"color": colors[(2 * i) % 20 + (2 * i) // 20 % 2],
+                    "marker": _MARKERS[i % len(_MARKERS)]}
+            for i, label in enumerate(ordered)}
+
+
+def method_rank(method: str) -> int:
+    """Table order: methods in the order the paper layouts list them, others after."""
+    from reports.layouts import LAYOUTS
+
+    order = list(dict.fromkeys(m for layout in LAYOUTS.values() for m in layout.methods))
+    return order.index(method) if method in order else len(order)
+
+
+def _legend_outside(fig: Figure, axes) -> None:
+    handles, labels = {}, {}
+    for ax in np.ravel(axes):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=7)
+
+
 # ---------------------------------------------------------------- training curves
 
 
@@ -88,39 +123,128 @@ def curve_bands(histories: pd.DataFrame, *, n_boot: int = 1000, seed: int = 0) -
     return pd.DataFrame(rows, columns=["method", "key", "step", "n", "mean", "low", "high"])
 
 
+CURVE_LABELS = {"train/success": "training success rate", "train/score": "training score",
+                "train/episode_length": "episode length (turns)",
+                "train/entropy": "policy entropy (nats / token)"}
+AXIS_LABELS = {"step": "training step", "env_steps": "environment steps",
+               "tokens": "generated tokens"}
+
+
+def _curve_frame(histories: pd.DataFrame) -> pd.DataFrame:
+    """histories with the panel and line columns a curve figure needs (defaults when the
+    report did not join them): backbone, env_label, label (display row name), seed."""
+    data = histories.copy()
+    if "env_label" not in data.columns:
+        data["env_label"] = data["env"] if "env" in data.columns else "all envs"
+    if "backbone" not in data.columns:
+        data["backbone"] = ""
+    if "seed" not in data.columns:
+        data["seed"] = data["run_id"]
+    if "label" not in data.columns:
+        from reports.layouts import variant_label
+
+        variant = data["variant"] if "variant" in data.columns else data["method"]
+        data["label"] = [variant_label(m, v) for m, v in zip(data["method"], variant)]
+    data["rank"] = [(method_rank(m), lab) for m, lab in zip(data["method"], data["label"])]
+    return data
+
+
+def _ordered_labels(data: pd.DataFrame) -> list[str]:
+    return [lab for _, lab in sorted(set(data["rank"]))]
+
+
+def _draw_bands(ax, band: pd.DataFrame, x: str, style: dict, label: str) -> None:
+    band = band.dropna(subset=[x, "mean"]).sort_values(x)
+    ax.plot(band[x], band["mean"], label=label, color=style["color"], marker=style["marker"],
+            markersize=3, linewidth=1.2)
+    ax.fill_between(band[x], band["low"], band["high"], alpha=0.15, color=style["color"],
+                    linewidth=0)
+
+
 def training_curves(histories: pd.DataFrame | None, stem: str | Path, *,
                     keys: Sequence[str] = CURVE_KEYS, n_boot: int = 1000,
                     seed: int = 0) -> list[Path] | Skipped:
-    """One panel per (env, key) with data, one line per method with its band.
+    """One panel per (backbone, env, key) with data, one line per row of the tables (a
+    cell: method and its swept params) with its band: mean over seeds, 95% t interval.
 
-    ``histories``: long frame ``run_id, method, key, step, value`` (the loader's histories
-    joined with each run's method), optionally ``env`` (one row of panels per env; without
-    it all runs of a method are pooled). The runs of a method are its seeds.
+    ``histories``: long frame ``run_id, method, key, step, value``, optionally ``env`` /
+    ``env_label``, ``backbone``, ``variant`` and ``seed`` (a report joins them from the
+    prepared runs; without ``seed`` each run counts as one seed).
     """
+    from analysis.curves import bands
+
     name = "training_curves"
     skip = _missing(histories, HISTORY_COLUMNS, name)
     if skip:
         return skip
-    data = histories[histories["key"].isin(keys)]
-    if "env" not in data.columns:
-        data = data.assign(env="all envs")
-    panels = [(env, k) for env in sorted(data["env"].unique()) for k in keys
-              if ((data["env"] == env) & (data["key"] == k)).any()]
+    data = _curve_frame(histories[histories["key"].isin(keys)])
+    panels = [(b, e, k) for (b, e) in sorted(set(zip(data["backbone"], data["env_label"])))
+              for k in keys if ((data["backbone"] == b) & (data["env_label"] == e)
+                                & (data["key"] == k)).any()]
     if not panels:
         return Skipped(name, f"histories have none of the keys {list(keys)}")
-    fig, axes = _panels(len(panels), ncols=len({k for _, k in panels}))
-    for ax, (env, key) in zip(axes, panels):
-        part = data[(data["env"] == env) & (data["key"] == key)]
-        for method, band in curve_bands(part, n_boot=n_boot, seed=seed).groupby("method"):
-            line, = ax.plot(band["step"], band["mean"], label=_label(method))
-            ax.fill_between(band["step"], band["low"], band["high"], alpha=0.2,
-                            color=line.get_color(), linewidth=0)
-        n = part.groupby("method")["run_id"].nunique()
+    labels = _ordered_labels(data)
+    style = styles(labels)
+    fig, axes = _panels(len(panels), ncols=len({k for _, _, k in panels}))
+    for ax, (backbone, env, key) in zip(axes, panels):
+        part = data[(data["backbone"] == backbone) & (data["env_label"] == env)
+                    & (data["key"] == key)]
+        band = bands(part, ["label"])
+        for label in labels:
+            if (band["label"] == label).any():
+                _draw_bands(ax, band[band["label"] == label], "step", style[label], label)
+        n = part.groupby("label")["seed"].nunique()
         seeds = f"{n.min()}" if n.min() == n.max() else f"{n.min()}–{n.max()}"
-        ax.set_title(f"{env}: {key} (n = {seeds} seeds)", fontsize=9)
-        ax.set_xlabel("step")
-    axes[0].legend(fontsize=7)
-    fig.suptitle("Training curves: mean over seeds, 95% bootstrap band", fontsize=10)
+        ax.set_title(f"{_where(backbone, env)} (n = {seeds} seeds)", fontsize=8)
+        ax.set_xlabel(AXIS_LABELS["step"])
+        ax.set_ylabel(CURVE_LABELS.get(key, key))
+    _legend_outside(fig, axes)
+    fig.suptitle("Training curves: mean over seeds, 95% t interval", fontsize=10)
+    return _save(fig, stem)
+
+
+def _where(backbone: str, env: str) -> str:
+    short = str(backbone).rpartition("/")[2]
+    return f"{env} · {short}" if short else str(env)
+
+
+def evaluation_curves(curves: pd.DataFrame | Skipped | None, stem: str | Path, *,
+                      axes_order: Sequence[str] = ("step", "env_steps", "tokens"),
+                      ylabel: str = "evaluation success rate") -> list[Path] | Skipped:
+    """Evaluation success against training step, environment steps and generated tokens
+    (the axes with data), one row of panels per (backbone, env), one line per table row.
+
+    ``curves``: :func:`analysis.curves.metric_curves` output with ``by`` = backbone,
+    env_label, method, label (columns step, n, mean, low, high, env_steps, tokens).
+    """
+    name = "evaluation_curves"
+    skip = _missing(curves, ["backbone", "env_label", "method", "label", "step", "mean", "low",
+                             "high"], name)
+    if skip:
+        return skip
+    axes_used = [a for a in axes_order if a in curves.columns and curves[a].notna().any()]
+    strata = sorted(set(zip(curves["backbone"], curves["env_label"])))
+    data = curves.assign(rank=[(method_rank(m), lab) for m, lab in
+                               zip(curves["method"], curves["label"])])
+    labels = _ordered_labels(data)
+    style = styles(labels)
+    fig, axes = _panels(len(strata) * len(axes_used), ncols=len(axes_used))
+    for i, (backbone, env) in enumerate(strata):
+        part = data[(data["backbone"] == backbone) & (data["env_label"] == env)]
+        n = part.groupby("label")["n"].max()
+        for j, axis in enumerate(axes_used):
+            ax = axes[i * len(axes_used) + j]
+            for label in labels:
+                if (part["label"] == label).any():
+                    _draw_bands(ax, part[part["label"] == label], axis, style[label], label)
+            ax.set_xlabel(AXIS_LABELS.get(axis, axis))
+            ax.set_ylabel(ylabel)
+            seeds = f"{n.min()}" if n.min() == n.max() else f"{n.min()}–{n.max()}"
+            ax.set_title(f"{_where(backbone, env)} (n = {seeds} seeds)", fontsize=8)
+            if axis != "step":
+                ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
+    _legend_outside(fig, axes)
+    fig.suptitle("Evaluation on the fixed panels: mean over seeds, 95% t interval", fontsize=10)
     return _save(fig, stem)
 
 

@@ -26,7 +26,9 @@ from reports.layouts import (
     LAYOUTS,
     METHOD_LABELS,
     prepare_runs,
+    success_metrics,
     summarize_layout,
+    table_metrics,
     variant_label,
 )
 from reports.tables import (
@@ -89,16 +91,50 @@ class ReportInputs:
         runs = prepare_runs(runs)
         summaries = {name: summarize_layout(runs, layout, ci=ci, n_boot=n_boot, seed=seed)
                      for name, layout in LAYOUTS.items()}
+        diags = _diagnostics(runs, records, n_boot, seed)
         if histories is not None:
-            join = ["run_id", *(c for c in ("method", "env") if c not in histories.columns)]
+            join = ["run_id", *(c for c in HISTORY_JOIN
+                                if c in runs.columns and c not in histories.columns)]
             histories = histories.merge(runs[join], on="run_id", how="inner")
-        return cls(runs, summaries, histories, _diagnostics(runs, records, n_boot, seed),
+            diags["evaluation_curves"] = evaluation_curves(runs, histories, ci)
+        return cls(runs, summaries, histories, diags,
                    Path(external_csv) if external_csv is not None else None,
                    all_runs, expected, ui_url, cell_format)
 
     def figure_frames(self) -> dict[str, pd.DataFrame | Skipped | None]:
         """Figure name -> the frame it draws (None when not given)."""
         return {"training_curves": self.histories, **self.diagnostics}
+
+
+HISTORY_JOIN = ("method", "env", "env_label", "backbone", "variant", "seed")
+
+
+def eval_keys(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
+    """env key -> the ``eval/<split>/success`` history keys behind its final success
+    (one split; every dataset of a QA env, averaged per step)."""
+    metrics = {m.key: m for m in table_metrics(runs)}
+    return {env: metrics[key].source for env, key in success_metrics(list(metrics.values())).items()}
+
+
+def evaluation_curves(runs: pd.DataFrame, histories: pd.DataFrame,
+                      ci: str = "t") -> pd.DataFrame | Skipped:
+    """Evaluation success curves per table row (analysis.curves.metric_curves)."""
+    from analysis.curves import metric_curves
+
+    keys = eval_keys(runs)
+    keys_of = runs.set_index("run_id")["env_key"].map(keys).dropna()
+    if keys_of.empty:
+        return Skipped("evaluation_curves", "runs log no evaluation success metric")
+    by = ["backbone", "env_label", "method", "variant"]
+    curves = metric_curves(histories[["run_id", "key", "step", "value"]], runs, keys_of,
+                           by=by, ci=ci)
+    if curves.empty:
+        return Skipped("evaluation_curves", "no evaluation history was logged (eval.every = 0 "
+                                            "and a single final evaluation has no curve)")
+    curves["label"] = [variant_label(m, v) for m, v in zip(curves["method"], curves["variant"])]
+    if curves.groupby(by)["step"].nunique().max() < 2:
+        return Skipped("evaluation_curves", "each run has a single evaluation step")
+    return curves
 
 
 def _diagnostics(runs, records, n_boot, seed) -> dict[str, pd.DataFrame | Skipped]:
@@ -133,6 +169,7 @@ def _alignment_by_method(runs, records, seed) -> pd.DataFrame | Skipped:
 
 # Figure name -> drawing function; its input is ReportInputs.figure_frames()[name].
 FIGURES: dict[str, Callable[..., list[Path] | Skipped]] = {
+    "evaluation_curves": figures.evaluation_curves,
     "training_curves": figures.training_curves,
     "gate_sensitivity": figures.gate_sensitivity,
     "gate_curves": figures.gate_curves,

@@ -137,7 +137,7 @@ def _env_keys(runs: pd.DataFrame) -> pd.Series:
     return pd.Series([env_key(e, lv) for e, lv in zip(runs["env"], levels)], index=runs.index)
 
 
-def _success_role(metrics: Sequence[Metric]) -> dict[str, str]:
+def success_metrics(metrics: Sequence[Metric]) -> dict[str, str]:
     """env key -> the metric that stands for a run's final success (avg for QA envs)."""
     out: dict[str, str] = {}
     for m in metrics:
@@ -164,7 +164,7 @@ def with_table_metrics(runs: pd.DataFrame) -> pd.DataFrame:
         values = runs[list(m.source)].mean(axis=1, skipna=True)
         out[m.key] = np.where(out["env_key"] == m.env, values, np.nan)
     out[FINAL_SUCCESS] = np.nan
-    for key, metric in _success_role(metrics).items():
+    for key, metric in success_metrics(metrics).items():
         out.loc[out["env_key"] == key, FINAL_SUCCESS] = out.loc[out["env_key"] == key, metric]
     return out
 

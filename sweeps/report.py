@@ -40,6 +40,7 @@ def build_study_report(study_path: str, out: str | None = None, external: str | 
     """Load the study's runs, build every table and figure they support, write index.md,
     log the report folder on the study's parent run when there is one (the store is never
     written otherwise); return the index path."""
+    from analysis.curves import BUDGET_KEYS
     from analysis.loader import load_histories, load_records, load_runs
     from reports.index import ReportInputs, build_report
 
@@ -51,7 +52,8 @@ def build_study_report(study_path: str, out: str | None = None, external: str | 
         raise ValueError(f"study {study.name!r} has no finished runs yet "
                          f"({len(runs)} runs, none FINISHED); run `hindsight sweep {study_path}`")
     ids = list(finished["run_id"])
-    histories = load_histories(study.store_uri, ids, CURVE_KEYS)
+    evals = sorted(c for c in finished.columns if c.startswith("eval/") and c.endswith("/success"))
+    histories = load_histories(study.store_uri, ids, [*CURVE_KEYS, *BUDGET_KEYS, *evals])
     records = load_records(study.store_uri, ids)
     inputs = ReportInputs.from_frames(runs, histories=histories, records=records,
                                       external_csv=external, expected=_expected(study),
