@@ -3,10 +3,13 @@
 Three frames, all keyed by ``run_id`` (the MLflow run id):
 
 * :func:`load_runs` -- one row per training run (tag ``hindsight.kind`` = ``"trial"``) of a
-  study, whatever its status: run id, status, experiment id, identity tags, every param as a column named by its dotted key (``algo.beta_opd``),
+  study, whatever its status: run id, status, experiment id, identity tags, every param
+  as a column named by its dotted key (``algo.beta_opd``),
   the latest value of every ``eval/...`` and ``perf/...`` metric, and for every
   ``time/<phase>_s`` metric its sum over steps (``time/<phase>_s/sum``, the wall time the run
-  spent in that phase) and its per-step mean (``time/<phase>_s/mean``).
+  spent in that phase) and its per-step mean (``time/<phase>_s/mean``); likewise
+  ``writer/<name>/mean`` (e.g. ``writer/invalid_rate/mean``, the writer's invalid-output
+  rate over training).
 * :func:`load_histories` -- long frame ``run_id, key, step, value`` for curves.
 * :func:`load_records` -- the per-turn Parquet records (``records/step_<NNNNNN>.parquet``
   artifacts) concatenated with a ``run_id`` column.
@@ -43,6 +46,8 @@ TAG_COLUMNS = ("study", "cell_id", "method", "env", "backbone", "seed")
 RUN_COLUMNS = ("run_id", "status", "experiment_id", *TAG_COLUMNS)
 LATEST_PREFIXES = ("eval/", "perf/")
 TIME_PREFIX = "time/"
+# Per-step metrics also aggregated over steps (``<key>/sum``, ``<key>/mean``).
+AGGREGATED_PREFIXES = (TIME_PREFIX, "writer/")
 HISTORY_COLUMNS = ("run_id", "key", "step", "value")
 _PAGE = 1000
 _SQL_CHUNK = 500
@@ -213,8 +218,9 @@ def _coerce_params(frame: pd.DataFrame, exclude: set[str]) -> pd.DataFrame:
 
 
 def _time_aggregates(tracking_uri: str, runs: list[_Run]) -> pd.DataFrame:
-    """Per run, ``time/<phase>_s/sum`` and ``time/<phase>_s/mean`` over all logged steps."""
-    keys = sorted({k for r in runs for k in r.metrics if k.startswith(TIME_PREFIX)})
+    """Per run, ``<key>/sum`` and ``<key>/mean`` over all logged steps of every
+    ``time/...`` (``time/<phase>_s``) and ``writer/...`` metric."""
+    keys = sorted({k for r in runs for k in r.metrics if k.startswith(AGGREGATED_PREFIXES)})
     if not keys:
         return pd.DataFrame()
     hist = load_histories(tracking_uri, [r.run_id for r in runs], keys)

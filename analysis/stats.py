@@ -351,3 +351,24 @@ def _vs_best(out, paired, by, strata, pick, alpha, higher_is_better):
             top = math.isfinite(score.loc[i]) and score.loc[i] == score.loc[best]
             flags[pos] = bool(i == best or top or (math.isfinite(p) and p > alpha))
     return p_best, flags
+
+
+def per_cell(frame: pd.DataFrame, by: Sequence[str], columns: Sequence[str], *,
+             seed: str = "seed", ci: str = "t") -> pd.DataFrame:
+    """Long frame ``by..., column, n, mean, std, ci_low, ci_high``: for every group of
+    ``by`` and every value column, the statistics over seeds (runs of one seed averaged
+    first; NaN values dropped; groups without a finite value left out)."""
+    missing = [c for c in [*by, *columns, seed] if c not in frame.columns]
+    if missing:
+        raise ValueError(f"columns {missing} not in the frame; available: {sorted(frame.columns)}")
+    per_seed = frame.groupby([*by, seed], dropna=False, sort=True)[list(columns)].mean()
+    rows = []
+    for keys, part in per_seed.groupby(level=list(range(len(by))), sort=True):
+        for column in columns:
+            x = _finite(part[column].to_numpy(float))
+            if x.size == 0:
+                continue
+            mean, std = mean_std(x)
+            low, high = mean_ci(x, ci)
+            rows.append((*_tuple(keys), column, int(x.size), mean, std, low, high))
+    return pd.DataFrame(rows, columns=[*by, "column", "n", "mean", "std", "ci_low", "ci_high"])

@@ -71,7 +71,11 @@ def _yerr(err: np.ndarray) -> np.ndarray:
 
 
 def _label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
+    """Display name of a method or of a variant ("seed (β=1)" -> "SEED (β=1)")."""
+    from reports.layouts import variant_label
+
+    base = str(method).split(" (")[0].split(" [")[0]
+    return variant_label(base, str(method)) if base != method else METHOD_LABELS.get(method, method)
 
 
 # ---------------------------------------------------------------- styles
@@ -363,20 +367,29 @@ def compute_cost(cost: pd.DataFrame | Skipped, stem: str | Path) -> list[Path] |
     phase_colors = {p: cycle[i % len(cycle)] for i, p in enumerate(phases)}
     for ax, ((env, backbone), part) in zip(axes, strata):
         table = part.pivot_table(index="method", columns="phase", values="mean_s", aggfunc="first")
+        order = sorted(table.index, key=lambda m: (method_rank(str(m).split(" (")[0]), str(m)),
+                       reverse=True)  # barh draws bottom-up: first method on top
+        table = table.loc[order]
         left = np.zeros(len(table))
         for phase in phases:
             seconds = table[phase].fillna(0.0).to_numpy() if phase in table else 0.0 * left
             ax.barh([_label(m) for m in table.index], seconds, left=left,
                     color=phase_colors[phase], label=phase if ax is axes[0] else None)
             left += seconds
-        total = part[part["phase"] == "total"].set_index("method")["overhead"]
+        totals = part[part["phase"] == "total"].set_index("method")
         for y, (method, end) in enumerate(zip(table.index, left)):
-            ratio = total.get(method, np.nan)
+            ratio = totals["overhead"].get(method, np.nan)
+            if "ci_low" in totals.columns and np.isfinite(totals["ci_low"].get(method, np.nan)):
+                err = _yerr([[end - totals.at[method, "ci_low"]],
+                             [totals.at[method, "ci_high"] - end]])
+                ax.errorbar([end], [y], xerr=err, color="black", capsize=3, linewidth=0.8)
             if np.isfinite(ratio):
-                ax.annotate(f"×{ratio:.2f}", (end, y), xytext=(3, 0),
+                ax.annotate(f"×{ratio:.2f}", (end, y), xytext=(6, 5),
                             textcoords="offset points", va="center", fontsize=7)
+        n = part["n"].min()
         ax.set_xlabel("wall time per run (s)")
-        ax.set_title(f"{env} / {backbone}", fontsize=9)
-    fig.legend(loc="outside lower center", ncols=len(phases), fontsize=7)
-    fig.suptitle("Compute cost by phase (×: total time relative to the baseline)", fontsize=10)
+        ax.set_title(f"{env} · {str(backbone).rpartition('/')[2]} (n = {n} seeds)", fontsize=9)
+    fig.legend(loc="outside right upper", fontsize=7)
+    fig.suptitle("Compute cost by phase (bars: 95% t interval of the total over seeds; "
+                 "×: total relative to the baseline)", fontsize=9)
     return _save(fig, stem)

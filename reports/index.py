@@ -20,7 +20,7 @@ import pandas as pd
 from analysis import diagnostics
 from analysis.diagnostics import Skipped
 from analysis.stats import FEW_SEEDS, MIN_PAIRED
-from reports import figures
+from reports import diagnostic_tables, figures
 from reports.layouts import (
     FINAL_SUCCESS,
     LAYOUTS,
@@ -71,6 +71,9 @@ class ReportInputs:
     expected: int | None = None
     ui_url: str | None = None
     cell_format: str = "std"
+    # Diagnostic table name -> per-cell long frame (reports.diagnostic_tables.cell_frames).
+    diagnostic_cells: Mapping[str, pd.DataFrame | Skipped] = field(default_factory=dict)
+    ci: str = "t"
 
     @classmethod
     def from_frames(cls, runs: pd.DataFrame, *, histories: pd.DataFrame | None = None,
@@ -99,7 +102,8 @@ class ReportInputs:
             diags["evaluation_curves"] = evaluation_curves(runs, histories, ci)
         return cls(runs, summaries, histories, diags,
                    Path(external_csv) if external_csv is not None else None,
-                   all_runs, expected, ui_url, cell_format)
+                   all_runs, expected, ui_url, cell_format,
+                   diagnostic_tables.cell_frames(runs, records, ci), ci)
 
     def figure_frames(self) -> dict[str, pd.DataFrame | Skipped | None]:
         """Figure name -> the frame it draws (None when not given)."""
@@ -145,8 +149,15 @@ def _diagnostics(runs, records, n_boot, seed) -> dict[str, pd.DataFrame | Skippe
                                                          seed=seed),
         "gate_curves": diagnostics.gate_table(GATE_DELTAS, betas or DEFAULT_BETAS),
         "regional_alignment": _alignment_by_method(runs, records, seed),
-        "compute_cost": diagnostics.compute_cost(runs, baseline=COST_BASELINE),
+        "compute_cost": _cost_by_row(runs),
     }
+
+
+def _cost_by_row(runs: pd.DataFrame) -> pd.DataFrame | Skipped:
+    """Compute cost per table row (variant); the baseline is GRPO's row when it has one."""
+    rows = runs.assign(method=runs["variant"]) if "variant" in runs.columns else runs
+    grpo = sorted(set(rows.loc[runs["method"] == COST_BASELINE, "method"]))
+    return diagnostics.compute_cost(rows, baseline=grpo[0] if len(grpo) == 1 else COST_BASELINE)
 
 
 def _alignment_by_method(runs, records, seed) -> pd.DataFrame | Skipped:
@@ -200,6 +211,15 @@ def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git
             continue
         if reported is not None:
             table = merge_reported(table, reported, {**METHOD_LABELS, **layout.labels})
+        table = replace(table, cell_format=inputs.cell_format)
+        tables[f"table {name}"] = table
+        written[f"table {name}"] = write_table(table, out / "tables" / name, provenance)
+    for name, spec in diagnostic_tables.specs(inputs.diagnostic_cells).items():
+        table = diagnostic_tables.diagnostic_table(
+            spec, inputs.diagnostic_cells.get(name, Skipped(name, "not computed")), inputs.ci)
+        if isinstance(table, Skipped):
+            skipped.append(table)
+            continue
         table = replace(table, cell_format=inputs.cell_format)
         tables[f"table {name}"] = table
         written[f"table {name}"] = write_table(table, out / "tables" / name, provenance)

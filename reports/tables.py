@@ -119,6 +119,7 @@ class Table:
     notes: tuple[str, ...] = field(default_factory=tuple)
     ci_method: str = "Student t interval over seeds"
     cell_format: str = "std"
+    bold: bool = True  # False: a descriptive table, nothing ranked (diagnostics)
 
     def run_ids(self) -> list[str]:
         """Every run id behind any cell, sorted."""
@@ -148,6 +149,8 @@ def bold_cells(table: Table) -> set[tuple[int, int, str]]:
     whose cell is ``not_worse``. Reported rows are never bold and never define the best.
     """
     out = set()
+    if not table.bold:
+        return out
     for si, section in enumerate(table.sections):
         for col in table.columns:
             ours = [(ri, r.cells[col.key]) for ri, r in enumerate(section.rows)
@@ -188,11 +191,14 @@ def caption(table: Table) -> str:
     if table.cell_format == "std":
         parts.append(f"95% CIs ({table.ci_method}) and p-values are in the JSON sidecar.")
     if 0 < low < FEW_SEEDS:
-        parts.append(f"Caution: fewer than {FEW_SEEDS} seeds per cell; intervals are wide "
-                     f"and tests need {MIN_PAIRED} or more paired seeds.")
-    parts.append("Bold: best in its column within a section, and every row not significantly "
-                 f"worse than it (paired test over seeds, Holm-corrected, α = {table.alpha:g}; "
-                 f"rows with fewer than {MIN_PAIRED} paired seeds are not tested and not bold).")
+        parts.append(f"Caution: fewer than {FEW_SEEDS} seeds per cell; intervals are wide"
+                     + (f" and tests need {MIN_PAIRED} or more paired seeds." if table.bold
+                        else "."))
+    if table.bold:
+        parts.append("Bold: best in its column within a section, and every row not "
+                     "significantly worse than it (paired test over seeds, Holm-corrected, "
+                     f"α = {table.alpha:g}; rows with fewer than {MIN_PAIRED} paired seeds are "
+                     "not tested and not bold).")
     if table.baseline is not None:
         parts.append(f"{BETTER} / {WORSE}: significantly better / worse than "
                      f"{table.baseline} (paired by seed, Holm-corrected p ≤ {table.alpha:g}; "

@@ -228,3 +228,17 @@ def test_summarize_swept_baseline_compares_within_matching_values():
     assert out.loc[["grpo b=1.0", "grpo b=5.0"], "n_paired"].tolist() == [0, 0]
     with pytest.raises(ValueError, match=r"baseline levels \['ppo'\]"):
         summarize(frame, by=["variant"], metric="acc", baseline={"seed b=1.0": "ppo"})
+
+
+def test_per_cell_long_frame_over_seeds():
+    from analysis.stats import per_cell
+
+    frame = pd.DataFrame({"cell": ["a", "a", "a", "b"], "seed": [0, 0, 1, 0],
+                          "x": [1.0, 3.0, 4.0, 5.0], "y": [np.nan, np.nan, np.nan, 1.0]})
+    out = per_cell(frame, ["cell"], ["x", "y"]).set_index(["cell", "column"])
+    assert out.loc[("a", "x"), "n"] == 2 and out.loc[("a", "x"), "mean"] == 3.0
+    assert (out.loc[("a", "x"), "ci_low"], out.loc[("a", "x"), "ci_high"]) == pytest.approx(
+        t_ci([2.0, 4.0]))
+    assert ("a", "y") not in out.index and out.loc[("b", "y"), "n"] == 1
+    with pytest.raises(ValueError, match=r"\['z'\] not in the frame"):
+        per_cell(frame, ["cell"], ["z"])
