@@ -83,9 +83,15 @@ def gate_sensitivity(runs: pd.DataFrame, metric: str, *, param: str = "algo.beta
     skip = _need(runs, [*by, param, metric], name)
     if skip:
         return skip
+    if runs[metric].isna().all():
+        return Skipped(name, f"no run has a value of {metric!r}")
+    values = runs[param].dropna().nunique()
+    if values < 2:
+        return Skipped(name, f"{param} takes {values} value(s); need 2 or more")
     data = runs.dropna(subset=[param, metric])
     if data[param].nunique() < 2:
-        return Skipped(name, f"{param} takes {data[param].nunique()} value(s); need 2 or more")
+        return Skipped(name, f"{param} takes {values} values but only "
+                             f"{data[param].nunique()} with a value of {metric!r}")
     rows = []
     for keys, group in data.groupby([*by, param], sort=True):
         values = group[metric].to_numpy(float)

@@ -176,3 +176,52 @@ def specs(cells: dict) -> dict[str, DiagnosticSpec]:
     phases = [p for p in PHASES if isinstance(cost, pd.DataFrame)
               and f"time/{p}_s/sum" in set(cost["column"])]
     return {s.name: s for s in (WRITER, ALIGNMENT, STALENESS, cost_spec(phases))}
+
+
+# ---------------------------------------------------------------- sensitivity
+
+
+def best_table(s, k: int = 5, ci: str = "t") -> Table:
+    """The best ``k`` cells of a sensitivity study per (env, backbone), with their params
+    and the 95% interval over seeds (cells read ``mean [low, high]``)."""
+    from analysis.sensitivity import best_cells
+    from reports.layouts import PARAM_SYMBOLS, format_value
+
+    best = best_cells(s, k)
+    heads = tuple(PARAM_SYMBOLS.get(p, p.rpartition(".")[2]) for p in s.params)
+    column = Column("final_success", "", "success")
+    sections = []
+    for (backbone, env), part in best.groupby(["backbone", "env_label"], sort=True):
+        rows = tuple(Row((variant_label(s.method, s.method), *(format_value(r[p])
+                                                               for p in s.params)),
+                         {column.key: Cell(float(r["mean"]), float(r["std"]), int(r["n"]),
+                                           ci_low=float(r["ci_low"]), ci_high=float(r["ci_high"]))})
+                     for _, r in part.iterrows())
+        sections.append(Section(f"{env} · {str(backbone).rpartition('/')[2]}", rows))
+    kind = {"curve": "one-axis grid", "heatmap": "two-axis grid", "search": "search"}[s.kind]
+    return Table(f"sensitivity_{s.method}_best",
+                 f"Best {k} cells of the {kind} over {', '.join(heads)} (%)",
+                 ("Method", *heads), (column,), tuple(sections), None,
+                 notes=("Rows sorted by mean; values rounded to 3 significant digits.",),
+                 ci_method=CI_METHODS.get(ci, ci), cell_format="ci", bold=False)
+
+
+def importance_table(s, frame: pd.DataFrame) -> Table:
+    """Param importances (Optuna fANOVA on the cell means), one section per env/backbone."""
+    from reports.layouts import PARAM_SYMBOLS
+
+    column = Column("importance", "", "importance", scale=1.0, decimals=2)
+    labels = dict(zip(s.cells["env_key"], s.cells["env_label"]))
+    sections = []
+    for (env, backbone), part in frame.groupby(["env_key", "backbone"], sort=True):
+        env = labels.get(env, env)
+        part = part.sort_values("importance", ascending=False)
+        rows = tuple(Row((PARAM_SYMBOLS.get(p, p),), {column.key: Cell(float(v))})
+                     for p, v in zip(part["param"], part["importance"]))
+        sections.append(Section(f"{env} · {str(backbone).rpartition('/')[2]}", rows))
+    return Table(f"sensitivity_{s.method}_importance",
+                 f"Param importance for {variant_label(s.method, s.method)} "
+                 "(Optuna fANOVA evaluator, seed 0, on the cell means)",
+                 ("Param",), (column,), tuple(sections), None, bold=False,
+                 describe="Cells: the share of the variance of the cell means each param "
+                          "explains (sums to 1 per section); few cells make it noisy.")

@@ -19,6 +19,7 @@ import pandas as pd
 
 from analysis import diagnostics
 from analysis.diagnostics import Skipped
+from analysis.sensitivity import importances, sensitivities
 from analysis.stats import FEW_SEEDS, MIN_PAIRED
 from reports import diagnostic_tables, figures
 from reports.layouts import (
@@ -74,13 +75,15 @@ class ReportInputs:
     # Diagnostic table name -> per-cell long frame (reports.diagnostic_tables.cell_frames).
     diagnostic_cells: Mapping[str, pd.DataFrame | Skipped] = field(default_factory=dict)
     ci: str = "t"
+    # analysis.sensitivity.sensitivities(...) of the final success, or why there is none.
+    sensitivity: list | Skipped | None = None
 
     @classmethod
     def from_frames(cls, runs: pd.DataFrame, *, histories: pd.DataFrame | None = None,
                     records: pd.DataFrame | None = None, external_csv: str | Path | None = None,
                     expected: int | None = None, ui_url: str | None = None,
-                    cell_format: str = "std", ci: str = "t", n_boot: int = 2000,
-                    seed: int = 0) -> ReportInputs:
+                    cell_format: str = "std", ci: str = "t", search: bool = False,
+                    n_boot: int = 2000, seed: int = 0) -> ReportInputs:
         """Summaries for every layout and the figure diagnostics, from the loader's frames.
 
         ``runs`` may hold runs of any status: statistics use the FINISHED ones, the index
@@ -103,7 +106,8 @@ class ReportInputs:
         return cls(runs, summaries, histories, diags,
                    Path(external_csv) if external_csv is not None else None,
                    all_runs, expected, ui_url, cell_format,
-                   diagnostic_tables.cell_frames(runs, records, ci), ci)
+                   diagnostic_tables.cell_frames(runs, records, ci), ci,
+                   sensitivities(runs, FINAL_SUCCESS, ci=ci, search=search))
 
     def figure_frames(self) -> dict[str, pd.DataFrame | Skipped | None]:
         """Figure name -> the frame it draws (None when not given)."""
@@ -142,11 +146,8 @@ def evaluation_curves(runs: pd.DataFrame, histories: pd.DataFrame,
 
 
 def _diagnostics(runs, records, n_boot, seed) -> dict[str, pd.DataFrame | Skipped]:
-    metrics = prepare_runs(runs)
     betas = sorted(runs["algo.beta_opd"].dropna().unique()) if "algo.beta_opd" in runs else []
     return {
-        "gate_sensitivity": diagnostics.gate_sensitivity(metrics, FINAL_SUCCESS, n_boot=n_boot,
-                                                         seed=seed),
         "gate_curves": diagnostics.gate_table(GATE_DELTAS, betas or DEFAULT_BETAS),
         "regional_alignment": _alignment_by_method(runs, records, seed),
         "compute_cost": _cost_by_row(runs),
@@ -182,7 +183,6 @@ def _alignment_by_method(runs, records, seed) -> pd.DataFrame | Skipped:
 FIGURES: dict[str, Callable[..., list[Path] | Skipped]] = {
     "evaluation_curves": figures.evaluation_curves,
     "training_curves": figures.training_curves,
-    "gate_sensitivity": figures.gate_sensitivity,
     "gate_curves": figures.gate_curves,
     "regional_alignment": figures.regional_alignment,
     "compute_cost": figures.compute_cost,
@@ -223,6 +223,7 @@ def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git
         table = replace(table, cell_format=inputs.cell_format)
         tables[f"table {name}"] = table
         written[f"table {name}"] = write_table(table, out / "tables" / name, provenance)
+    _sensitivity(inputs, out, provenance, written, tables, skipped)
     if tables:
         doc = out / "tables" / "tables.tex"
         doc.write_text(latex_document([to_latex(t, provenance) for t in tables.values()]),
@@ -240,6 +241,34 @@ def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git
     index.write_text(_index_text(inputs, provenance, written, tables, skipped, command, out),
                      encoding="utf-8")
     return index
+
+
+def _sensitivity(inputs, out, provenance, written, tables, skipped) -> None:
+    """Per method that varies a param it uses: the figure its kind asks for, the best
+    cells with their intervals and, with two or more params, Optuna's importances."""
+    found = inputs.sensitivity
+    if found is None or isinstance(found, Skipped):
+        skipped.append(found or Skipped("sensitivity", "not computed"))
+        return
+    for s in found:
+        name = f"sensitivity_{s.method}"
+        result = figures.sensitivity(s, out / "figures" / name)
+        if isinstance(result, Skipped):
+            skipped.append(result)
+        else:
+            written[f"figure {name}"] = result
+        best = diagnostic_tables.best_table(s, ci=inputs.ci)
+        tables[f"table {best.name}"] = best
+        written[f"table {best.name}"] = write_table(best, out / "tables" / best.name, provenance)
+        if s.kind == "search" or len(s.params) > 1:
+            frame = importances(s)
+            if isinstance(frame, Skipped):
+                skipped.append(frame)
+                continue
+            table = diagnostic_tables.importance_table(s, frame)
+            tables[f"table {table.name}"] = table
+            written[f"table {table.name}"] = write_table(table, out / "tables" / table.name,
+                                                         provenance)
 
 
 def _index_text(inputs: ReportInputs, provenance, written, tables, skipped, command,

@@ -120,6 +120,9 @@ class Table:
     ci_method: str = "Student t interval over seeds"
     cell_format: str = "std"
     bold: bool = True  # False: a descriptive table, nothing ranked (diagnostics)
+    # Replaces the caption's "Cells: ... over seeds" sentence for tables whose cells are
+    # not statistics over seeds (e.g. importances).
+    describe: str | None = None
 
     def run_ids(self) -> list[str]:
         """Every run id behind any cell, sorted."""
@@ -188,9 +191,11 @@ def caption(table: Table) -> str:
     what = ("mean ± std over seeds" if table.cell_format == "std"
             else f"mean [95% CI] over seeds, {table.ci_method}")
     parts = [f"{table.title}.", f"Cells: {what} ({n} seeds per cell)."]
-    if table.cell_format == "std":
+    if table.describe is not None:
+        parts[1:] = [table.describe]
+    elif table.cell_format == "std":
         parts.append(f"95% CIs ({table.ci_method}) and p-values are in the JSON sidecar.")
-    if 0 < low < FEW_SEEDS:
+    if 0 < low < FEW_SEEDS and table.describe is None:
         parts.append(f"Caution: fewer than {FEW_SEEDS} seeds per cell; intervals are wide"
                      + (f" and tests need {MIN_PAIRED} or more paired seeds." if table.bold
                         else "."))

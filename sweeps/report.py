@@ -58,7 +58,7 @@ def build_study_report(study_path: str, out: str | None = None, external: str | 
     inputs = ReportInputs.from_frames(runs, histories=histories, records=records,
                                       external_csv=external, expected=_expected(study),
                                       ui_url=ui_url or None, cell_format=cells, ci=ci,
-                                      n_boot=n_boot)
+                                      search=study.search is not None, n_boot=n_boot)
     out_dir = Path(out) if out else study.out_dir / "report"
     index = build_report(inputs, out_dir, study.name, git_sha(),
                          regenerate=f"hindsight report {study_path}")

@@ -113,20 +113,22 @@ def study_store(study, uri: str, *, score=None, drop=(), fail=(), steps=(0, 1, 2
     return {"trials": trials, "true": true}
 
 
-def study_frame(study, *, score=None) -> pd.DataFrame:
+def study_frame(study, *, score=None, trials=None) -> pd.DataFrame:
     """The frame :func:`analysis.loader.load_runs` gives for a store that
     :func:`study_store` filled (same tags, params and latest metrics), built without MLflow
-    through the loader's own row and type conversion."""
+    through the loader's own row and type conversion. ``trials`` (default: the grid's
+    ``expand(study)``) are :class:`sweeps.study.Trial` s, e.g. a search's points."""
     from analysis.loader import RUN_COLUMNS, _coerce_params, _Run, _run_row
     from sweeps.study import expand
     from trainer.config import flatten, resolve
 
     rows = []
-    for i, trial in enumerate(expand(study)):
+    for i, trial in enumerate(expand(study) if trials is None else trials):
         cfg = trial.cfg
         tags = {"study": study.name, "cell_id": trial.cell_id, "method": cfg.algo.method,
                 "env": cfg.env.name, "backbone": cfg.model.backbone, "seed": str(trial.seed)}
-        value = (score(cfg) if score else 0.5) + NOISE[trial.seed % len(NOISE)]
+        value = (score(cfg) if score else 0.5) + \
+            NOISE[trial.seed % len(NOISE)] * (1 + len(cfg.algo.method) / 10)
         metrics = {}
         for split in cfg.eval.splits:
             metrics.update({f"eval/{split}/success": value,

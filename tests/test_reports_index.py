@@ -58,10 +58,10 @@ def test_from_frames_joins_methods_and_computes_diagnostics():
     assert set(inputs.histories["method"]) == {"grpo", "seed"}
     assert set(inputs.histories["env"]) == {"shop"}
     frames = inputs.figure_frames()
-    assert set(frames) == {"training_curves", "evaluation_curves", "gate_sensitivity", "gate_curves",
+    assert set(frames) == {"training_curves", "evaluation_curves", "gate_curves",
                            "regional_alignment", "compute_cost"}
     assert "no per-turn records" in frames["regional_alignment"].reason
-    assert "takes 1 value" in frames["gate_sensitivity"].reason
+    assert "no method varies" in inputs.sensitivity.reason
     assert sorted(frames["gate_curves"]["beta"].unique()) == [5.0]
     assert set(inputs.summaries) == set(LAYOUTS)
 
