@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from analysis import diagnostics
@@ -225,3 +226,73 @@ def importance_table(s, frame: pd.DataFrame) -> Table:
                  ("Param",), (column,), tuple(sections), None, bold=False,
                  describe="Cells: the share of the variance of the cell means each param "
                           "explains (sums to 1 per section); few cells make it noisy.")
+
+
+# ---------------------------------------------------------------- aggregates (rliable)
+
+TAUS = tuple(np.round(np.linspace(0.0, 1.0, 41), 3))
+
+
+def aggregate_frames(runs: pd.DataFrame, *, baseline: str = "grpo", n_boot: int = 2000,
+                     seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame] | Skipped:
+    """Per backbone, across every env and dataset column (the tasks): each table row's IQM
+    and P(improvement over the baseline row), and its performance profile over TAUS.
+    Returns (aggregates: backbone, method, variant, n_tasks, iqm..., p_improve...;
+    profiles: backbone, method, variant, tau, fraction, low, high)."""
+    from analysis.aggregate import aggregates, performance_profile, task_scores
+    from reports.layouts import table_metrics
+
+    name = "aggregates"
+    metrics = [m.key for m in table_metrics(runs) if m.role != "avg"]
+    if not metrics or "variant" not in runs.columns:
+        return Skipped(name, "runs have no evaluation metric")
+    if runs.groupby("backbone")["variant"].nunique().max() < 2:
+        return Skipped(name, "a single table row per backbone; nothing to aggregate against")
+    methods = runs.drop_duplicates("variant").set_index("variant")["method"]
+    agg, prof = [], []
+    for backbone, part in runs.groupby("backbone", sort=True):
+        scores = task_scores(part, "variant", metrics)
+        bases = [v for v in scores if methods[v] == baseline]
+        frame = aggregates(scores, bases[0] if len(bases) == 1 else None, n_boot=n_boot,
+                           seed=seed)
+        agg.append(frame.rename(columns={"row": "variant"}).assign(backbone=backbone))
+        for variant, tasks in scores.items():
+            p = performance_profile(tasks, TAUS, n_boot=n_boot, seed=seed)
+            prof.append(p.assign(backbone=backbone, variant=variant))
+    agg_frame = pd.concat(agg, ignore_index=True)
+    prof_frame = pd.concat(prof, ignore_index=True)
+    for frame in (agg_frame, prof_frame):
+        frame["method"] = frame["variant"].map(methods)
+    return agg_frame, prof_frame
+
+
+def aggregate_table(frame: pd.DataFrame, baseline: str = "grpo") -> Table:
+    """IQM and P(improvement over the baseline) per table row, a section per backbone."""
+    from reports.figures import method_rank
+
+    iqm = Column("iqm", "Across tasks", "IQM")
+    poi = Column("p_improve", "Across tasks", f"P(> {variant_label(baseline, baseline)})",
+                 scale=1.0, decimals=2)
+    ntask = Column("n_tasks", "", "tasks", scale=1.0, decimals=0)
+    sections = []
+    for backbone, part in frame.groupby("backbone", sort=True):
+        part = part.assign(rank=[method_rank(m) for m in part["method"]]).sort_values(
+            ["rank", "variant"])
+        rows = []
+        for _, r in part.iterrows():
+            cells = {"iqm": Cell(float(r["iqm"]), ci_low=float(r["iqm_low"]),
+                                 ci_high=float(r["iqm_high"])),
+                     "n_tasks": Cell(float(r["n_tasks"]))}
+            if np.isfinite(r["p_improve"]):
+                cells["p_improve"] = Cell(float(r["p_improve"]), ci_low=float(r["p_improve_low"]),
+                                          ci_high=float(r["p_improve_high"]))
+            rows.append(Row((variant_label(r["method"], r["variant"]),), cells))
+        sections.append(Section(str(backbone).rpartition("/")[2], tuple(rows)))
+    return Table("aggregates", "Aggregates across tasks and environments (rliable)",
+                 ("Method",), (iqm, poi, ntask), tuple(sections), None, bold=False,
+                 cell_format="ci", describe=(
+                     "Tasks: every env and dataset column of the tables. IQM: interquartile "
+                     "mean of all (seed, task) scores (%); P(>): probability that a run of the "
+                     "row beats a run of the baseline on a task, averaged over shared tasks "
+                     "(0.5 = no difference). Brackets: 95% stratified percentile bootstrap "
+                     "(seeds resampled within each task)."))

@@ -483,3 +483,42 @@ def _contour(ax, part, a, b, names, metric_label) -> None:
     ax.figure.colorbar(drawn or points, ax=ax, label=metric_label)
     ax.set_xlabel(("log10 " if lx else "") + names.get(a, a))
     ax.set_ylabel(("log10 " if ly else "") + names.get(b, b))
+
+
+# ---------------------------------------------------------------- performance profiles
+
+
+def performance_profiles(profiles: pd.DataFrame | Skipped | None,
+                         stem: str | Path) -> list[Path] | Skipped:
+    """rliable performance profiles: fraction of (seed, task) scores above tau, one panel
+    per backbone, one line per table row with its 95% stratified bootstrap band.
+
+    ``profiles``: backbone, method, variant, tau, fraction, low, high
+    (:func:`reports.diagnostic_tables.aggregate_frames`)."""
+    name = "performance_profiles"
+    skip = _missing(profiles, ["backbone", "method", "variant", "tau", "fraction", "low",
+                               "high"], name)
+    if skip:
+        return skip
+    from reports.layouts import variant_label
+
+    data = profiles.assign(label=[variant_label(m, v) for m, v in
+                                  zip(profiles["method"], profiles["variant"])],
+                           step=profiles["tau"], mean=profiles["fraction"])
+    data["rank"] = [(method_rank(m), lab) for m, lab in zip(data["method"], data["label"])]
+    labels = _ordered_labels(data)
+    style = styles(labels)
+    backbones = sorted(data["backbone"].unique())
+    fig, axes = _panels(len(backbones), ncols=2)
+    for ax, backbone in zip(axes, backbones):
+        part = data[data["backbone"] == backbone]
+        for label in labels:
+            if (part["label"] == label).any():
+                _draw_bands(ax, part[part["label"] == label], "tau", style[label], label)
+        ax.set_xlabel("score threshold τ")
+        ax.set_ylabel("fraction of runs with score > τ")
+        ax.set_title(str(backbone).rpartition("/")[2] or "all", fontsize=8)
+    _legend_outside(fig, axes)
+    fig.suptitle("Performance profiles across tasks (95% stratified bootstrap band)",
+                 fontsize=10)
+    return _save(fig, stem)

@@ -77,6 +77,7 @@ class ReportInputs:
     ci: str = "t"
     # analysis.sensitivity.sensitivities(...) of the final success, or why there is none.
     sensitivity: list | Skipped | None = None
+    n_boot: int = 2000
 
     @classmethod
     def from_frames(cls, runs: pd.DataFrame, *, histories: pd.DataFrame | None = None,
@@ -107,7 +108,7 @@ class ReportInputs:
                    Path(external_csv) if external_csv is not None else None,
                    all_runs, expected, ui_url, cell_format,
                    diagnostic_tables.cell_frames(runs, records, ci), ci,
-                   sensitivities(runs, FINAL_SUCCESS, ci=ci, search=search))
+                   sensitivities(runs, FINAL_SUCCESS, ci=ci, search=search), n_boot)
 
     def figure_frames(self) -> dict[str, pd.DataFrame | Skipped | None]:
         """Figure name -> the frame it draws (None when not given)."""
@@ -224,6 +225,7 @@ def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git
         tables[f"table {name}"] = table
         written[f"table {name}"] = write_table(table, out / "tables" / name, provenance)
     _sensitivity(inputs, out, provenance, written, tables, skipped)
+    _aggregates(inputs, out, provenance, written, tables, skipped)
     if tables:
         doc = out / "tables" / "tables.tex"
         doc.write_text(latex_document([to_latex(t, provenance) for t in tables.values()]),
@@ -241,6 +243,24 @@ def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git
     index.write_text(_index_text(inputs, provenance, written, tables, skipped, command, out),
                      encoding="utf-8")
     return index
+
+
+def _aggregates(inputs, out, provenance, written, tables, skipped) -> None:
+    """rliable aggregates across tasks: IQM / P(improvement) table, performance profiles."""
+    result = diagnostic_tables.aggregate_frames(inputs.runs, baseline=COST_BASELINE,
+                                                n_boot=inputs.n_boot)
+    if isinstance(result, Skipped):
+        skipped.append(result)
+        return
+    frame, profiles = result
+    table = diagnostic_tables.aggregate_table(frame, COST_BASELINE)
+    tables[f"table {table.name}"] = table
+    written[f"table {table.name}"] = write_table(table, out / "tables" / table.name, provenance)
+    drawn = figures.performance_profiles(profiles, out / "figures" / "performance_profiles")
+    if isinstance(drawn, Skipped):
+        skipped.append(drawn)
+    else:
+        written["figure performance_profiles"] = drawn
 
 
 def _sensitivity(inputs, out, provenance, written, tables, skipped) -> None:

@@ -80,3 +80,15 @@ def test_index_counts_failed_and_missing_runs_inlines_tables_and_links_the_ui(tm
     assert ("[`shop-tiny-et`](http://127.0.0.1:5000/#/experiments/7/runs/shop-tiny-etro-4)"
             in text)
     assert "| FAILED |" in text
+
+
+def test_report_aggregates_across_tasks(tmp_path):
+    runs = fake_runs({"grpo": 0.5, "seed": 0.7}, envs=("household", "shop"))
+    build_report(ReportInputs.from_frames(runs, n_boot=200), tmp_path, "demo", "abc")
+    record = json.loads((tmp_path / "tables" / "aggregates.json").read_text())
+    cells = {(c["row"], c["column"]): c for c in record["cells"]}
+    # SEED beats GRPO on every seed pair of all 3 tasks (household, shop score, shop success)
+    assert cells[("SEED", "p_improve")]["mean"] == 1.0 and ("GRPO", "p_improve") not in cells
+    assert cells[("SEED", "n_tasks")]["mean"] == 3.0
+    assert cells[("GRPO", "iqm")]["ci_low"] <= cells[("GRPO", "iqm")]["mean"]
+    assert (tmp_path / "figures" / "performance_profiles.png").stat().st_size > 5_000
