@@ -105,6 +105,7 @@ def cell_frames(runs: pd.DataFrame, records: pd.DataFrame | None,
     out[ALIGNMENT.name] = align if isinstance(align, Skipped) else _cells(
         align, runs, [c.key for c in ALIGNMENT.columns], ci)
     out[STALENESS.name] = _staleness(runs, train, ci)
+    out["family_breakdown"] = family_frame(runs, records, ci)
     out["compute_cost"] = _cost(runs, ci)
     return out
 
@@ -176,7 +177,7 @@ def specs(cells: dict) -> dict[str, DiagnosticSpec]:
     cost = cells.get("compute_cost")
     phases = [p for p in PHASES if isinstance(cost, pd.DataFrame)
               and f"time/{p}_s/sum" in set(cost["column"])]
-    return {s.name: s for s in (WRITER, ALIGNMENT, STALENESS, cost_spec(phases))}
+    return {s.name: s for s in (family_spec(), WRITER, ALIGNMENT, STALENESS, cost_spec(phases))}
 
 
 # ---------------------------------------------------------------- sensitivity
@@ -296,3 +297,48 @@ def aggregate_table(frame: pd.DataFrame, baseline: str = "grpo") -> Table:
                      "row beats a run of the baseline on a task, averaged over shared tasks "
                      "(0.5 = no difference). Brackets: 95% stratified percentile bootstrap "
                      "(seeds resampled within each task)."))
+
+
+# ---------------------------------------------------------------- per-family breakdown
+
+
+def family_frame(runs: pd.DataFrame, records: pd.DataFrame | None,
+                 ci: str = "t") -> pd.DataFrame | Skipped:
+    """SEED's per-family table (Pick / Look / Clean / Heat / Cool / Pick2) for household-kind
+    envs: per run, the success rate of each family's tasks in the last evaluation of the
+    env's eval split (a ``family`` column in the records wins over the task id), then the
+    statistics over seeds per cell."""
+    from reports.envs import FAMILY_ORDER, env_info, eval_split, task_family
+
+    name = "family_breakdown"
+    if records is None or records.empty or not {"split", "task_id", "traj"} <= set(records):
+        return Skipped(name, "no per-turn evaluation records were given")
+    per_run = []
+    for _, run in runs.iterrows():
+        info = env_info(run["env"])
+        if info.kind != "household":
+            continue
+        split = eval_split(info, [c for c in runs.columns if pd.notna(run.get(c))])
+        rec = records[(records["run_id"] == run["run_id"]) & (records["split"] == split)]
+        if rec.empty:
+            continue
+        rec = rec[rec["step"] == rec["step"].max()].drop_duplicates("traj")
+        family = rec["family"] if "family" in rec.columns else \
+            rec["task_id"].map(lambda t: task_family(run["env"], t))
+        rates = rec.assign(family=family).groupby("family")["success"].mean()
+        per_run.append({"run_id": run["run_id"], **rates.to_dict(),
+                        "All": float(rec["success"].mean())})
+    if not per_run:
+        return Skipped(name, "no household-kind run has evaluation records")
+    frame = pd.DataFrame(per_run)
+    cols = [c for c in (*FAMILY_ORDER, "All") if c in frame.columns]
+    return _cells(frame, runs, cols, ci)
+
+
+def family_spec() -> DiagnosticSpec:
+    from reports.envs import FAMILY_ORDER
+
+    return DiagnosticSpec(
+        "family_breakdown", "Success by task family (SEED per-family table; %)",
+        tuple(Column(f, "Family", f) for f in FAMILY_ORDER) + (Column("All", "", "All"),),
+        "Last evaluation of the held-out panel; a family's rate is over its tasks.")

@@ -107,3 +107,30 @@ def eval_split(info: EnvInfo, columns: pd.Index | list[str], metric: str = "succ
 def env_sort_key(name: str) -> tuple[int, str]:
     """Registry order first, unknown envs after, by name."""
     return (ENV_ORDER.index(name) if name in ENVS else len(ENV_ORDER), str(name))
+
+
+# ---------------------------------------------------------------- task families
+
+# ALFWorld's six task families as SEED's per-family table prints them, in that order; the
+# key is the substring that names the family in an ALFWorld game path / task type.
+FAMILIES = (("pick_two_obj", "Pick2"), ("look_at_obj", "Look"), ("clean_then", "Clean"),
+            ("heat_then", "Heat"), ("cool_then", "Cool"), ("pick_and_place", "Pick"))
+FAMILY_ORDER = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
+# The household panels (and ALFWorld's offline panels built from them) cycle through the
+# families in this order by task index (envs/household_world.panel).
+PANEL_CYCLE = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
+HOUSEHOLD_KINDS = ("household",)
+
+
+def task_family(env: str, task_id: str) -> str | None:
+    """The ALFWorld family of a household-kind task from its id: the task type in an
+    ALFWorld game path, else the index of a panel task (``household/<split>/<index>``,
+    ``alfworld/<split>/<index>``); None for other envs or ids."""
+    if env_info(env).kind not in HOUSEHOLD_KINDS:
+        return None
+    text = str(task_id)
+    for key, name in FAMILIES:
+        if key in text:
+            return name
+    tail = text.rpartition("/")[2]
+    return PANEL_CYCLE[int(tail) % len(PANEL_CYCLE)] if tail.isdigit() else None

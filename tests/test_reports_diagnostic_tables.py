@@ -77,3 +77,27 @@ def test_report_writes_the_diagnostic_tables(tmp_path):
     assert "| SEED (refresh_every=1) | 90.0 ± 10.0 | 66.7 ± 57.7 |" in table
     assert "**" not in table.split("\n", 1)[1]  # nothing ranked, nothing bold
     assert "## table compute_cost" in text
+
+
+def test_family_breakdown_from_eval_records():
+    from reports.envs import task_family
+
+    assert task_family("alfworld", "alfworld/eval_out_of_distribution/"
+                       "pick_two_obj_and_place-Cup-None-Shelf-1/trial_1") == "Pick2"
+    assert task_family("household", "household/eval_unseen/0007") == "Look"  # 7 % 6 = 1
+    assert task_family("shop", "shop/eval/0001") is None
+    runs = prepare_runs(_runs().iloc[:3])
+    rows = []
+    for _, run in runs.iterrows():
+        for i in range(12):  # two tasks per family; Pick tasks succeed on seeds 0-1 only
+            success = (i % 6 != 0) or int(run["seed"]) < 2
+            for step in (0, 5):
+                rows.append({"run_id": run["run_id"], "step": step, "split": "eval_unseen",
+                             "task_id": f"household/eval_unseen/{i:04d}", "traj": i,
+                             "turn": 0, "success": success if step == 5 else False})
+    cells = dt.family_frame(runs, pd.DataFrame(rows)).set_index("column")
+    assert cells.loc["Pick", "mean"] == pytest.approx(2 / 3) and cells.loc["Look", "mean"] == 1.0
+    assert cells.loc["All", "mean"] == pytest.approx((1.0 + 1.0 + 10 / 12) / 3)
+    table = dt.diagnostic_table(dt.family_spec(), dt.family_frame(runs, pd.DataFrame(rows)))
+    assert [c.label for c in table.columns] == ["Pick", "Look", "Clean", "Heat", "Cool",
+                                                "Pick2", "All"]
