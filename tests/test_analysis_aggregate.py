@@ -38,3 +38,22 @@ def test_task_scores_and_aggregates_rows():
     out = aggregates(scores, "g", n_boot=200).set_index("row")
     assert out.loc["s", "n_tasks"] == 2 and out.loc["s", "p_improve"] == 1.0  # on t1 only
     assert out.loc["g", "iqm"] == pytest.approx(0.2) and math.isnan(out.loc["g", "p_improve"])
+
+
+def test_rank_sum_form_equals_the_pairwise_count():
+    from analysis.aggregate import _mann_whitney, _mann_whitney_rows
+
+    rng = np.random.default_rng(0)
+    xa = rng.integers(0, 4, size=(50, 5)).astype(float)  # many ties
+    yb = rng.integers(0, 4, size=(50, 7)).astype(float)
+    np.testing.assert_allclose(_mann_whitney_rows(xa, yb),
+                               [_mann_whitney(x, y) for x, y in zip(xa, yb)])
+
+
+def test_fraction_above_by_bins_equals_the_direct_count():
+    from analysis.aggregate import _above
+
+    rng = np.random.default_rng(1)
+    draw = rng.choice([0.0, 0.25, 0.5, 0.8, 1.0], size=(40, 9))
+    taus = np.linspace(0, 1, 21)
+    np.testing.assert_allclose(_above(draw, taus), (draw[:, :, None] > taus).mean(axis=1))
