@@ -29,6 +29,7 @@ from reports.layouts import METHOD_LABELS, PARAM_SYMBOLS
 
 CURVE_KEYS = ("train/success", "train/episode_length", "train/entropy")
 HISTORY_COLUMNS = ("run_id", "method", "key", "step", "value")
+POLARITY_LABELS = {"delta_pos": "Δ+ (positive skill)", "delta_neg": "Δ− (negative skill)"}
 _PANEL = (4.2, 3.2)  # inches per panel
 
 
@@ -334,7 +335,7 @@ def regional_alignment(alignment: pd.DataFrame | Skipped, stem: str | Path) -> l
             x = np.arange(len(REGIONS)) + (i - 0.5) * width
             err = np.vstack([rows["rho"] - rows["ci_low"], rows["ci_high"] - rows["rho"]])
             ax.bar(x, rows["rho"].fillna(0.0), width, yerr=_yerr(err), capsize=3,
-                   label=polarity)
+                   label=POLARITY_LABELS.get(polarity, polarity))
             counts.append(rows["n_turns"].fillna(0).astype(int).to_numpy())
         ax.axhline(0.0, color="black", linewidth=0.6)
         ticks = [f"{r}\nn = {' / '.join(str(c[j]) for c in counts)}" for j, r in enumerate(REGIONS)]
