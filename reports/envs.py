@@ -117,8 +117,10 @@ FAMILIES = (("pick_two_obj", "Pick2"), ("look_at_obj", "Look"), ("clean_then", "
             ("heat_then", "Heat"), ("cool_then", "Cool"), ("pick_and_place", "Pick"))
 FAMILY_ORDER = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
 # The household panels (and ALFWorld's offline panels built from them) cycle through the
-# families in this order by task index (envs/household_world.panel).
+# families in this order by task index (envs/household/world.py ``panel``); the small level
+# (ids ``household/<split>/sNNNN``) cycles through its four families.
 PANEL_CYCLE = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
+SMALL_PANEL_CYCLE = ("Pick", "Clean", "Heat", "Cool")
 HOUSEHOLD_KINDS = ("household",)
 
 
@@ -133,4 +135,6 @@ def task_family(env: str, task_id: str) -> str | None:
         if key in text:
             return name
     tail = text.rpartition("/")[2]
+    if tail.startswith("s") and tail[1:].isdigit():
+        return SMALL_PANEL_CYCLE[int(tail[1:]) % len(SMALL_PANEL_CYCLE)]
     return PANEL_CYCLE[int(tail) % len(PANEL_CYCLE)] if tail.isdigit() else None

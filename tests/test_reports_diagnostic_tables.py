@@ -85,6 +85,7 @@ def test_family_breakdown_from_eval_records():
     assert task_family("alfworld", "alfworld/eval_out_of_distribution/"
                        "pick_two_obj_and_place-Cup-None-Shelf-1/trial_1") == "Pick2"
     assert task_family("household", "household/eval_unseen/0007") == "Look"  # 7 % 6 = 1
+    assert task_family("household", "household/eval_unseen/s0006") == "Heat"  # small: 6 % 4
     assert task_family("shop", "shop/eval/0001") is None
     runs = prepare_runs(_runs().iloc[:3])
     rows = []
