@@ -11,7 +11,7 @@ export RAY_AUTH_MODE := disabled
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: test test-slow demo bench clean-venv
+.PHONY: test test-slow demo bench warm-start clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -40,6 +40,13 @@ test-slow: $(VENV)/.installed-envs
 demo: $(VENV)/.installed
 	$(VENV)/bin/hindsight sweep examples/quickstart.yaml
 	$(VENV)/bin/hindsight report examples/quickstart.yaml
+
+# Rebuild the bundled warm start of the CPU level (behaviour cloning, then its evaluation on
+# the panels; about 40 minutes on 2 cores). Run it when tests/test_warm_start.py reports that
+# the environment moved on, and commit the new folder.
+warm-start: $(VENV)/.installed
+	$(PY) scripts/warm_start.py examples/household_small.yaml \
+		--out trainer/assets/warm_start/household-small --eval-tasks 60
 
 bench: $(VENV)/.installed
 	$(PY) scripts/bench_envs.py

@@ -7,16 +7,18 @@ adapter whose optional dependencies are missing fails only when it is asked for.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
 from difflib import get_close_matches
 
 from envs.base import Episode, Hindsight, StepResult, Task, TextEnv, Turn, run_episode
 
 # name -> "module:ClassName"; every entry is imported only when made.
 REGISTRY: dict[str, str] = {
-    "household": "envs.household:HouseholdEnv",
-    "shop": "envs.shop:ShopEnv",
-    "searchqa": "envs.searchqa:SearchQAEnv",
+    "household": "envs.household.env:HouseholdEnv",
+    "shop": "envs.shop.env:ShopEnv",
+    "searchqa": "envs.searchqa.env:SearchQAEnv",
     "alfworld": "envs.adapters.alfworld:ALFWorldEnv",
     "webshop": "envs.adapters.webshop:WebShopEnv",
     "searchr1": "envs.adapters.searchr1:SearchR1Env",
@@ -38,6 +40,40 @@ def env_class(name: str) -> type[TextEnv]:
     return getattr(importlib.import_module(module), cls)
 
 
+def has_admissible_switch(name: str) -> bool:
+    """Whether env ``name`` takes ``show_admissible`` (it can list admissible commands)."""
+    return "show_admissible" in inspect.signature(env_class(name).__init__).parameters
+
+
+def env_options(name: str, level: str = "", show_admissible: bool | None = None, **options) -> dict:
+    """Keyword options for :func:`make`: ``level`` and ``show_admissible`` are passed only to
+    the envs that have them (an empty level or None means the env's default)."""
+    if level and len(env_class(name).levels) > 1:
+        options["level"] = level
+    if show_admissible is not None and has_admissible_switch(name):
+        options["show_admissible"] = show_admissible
+    return options
+
+
+def fingerprint(env: TextEnv, tasks_per_split: int = 12) -> str:
+    """A short hash of what a policy trained on ``env`` learned from: its prompts, the first
+    tasks of every split and the demonstrator's episodes on them (observations and actions).
+    A saved warm start records it; a change of the environment's texts, panels or rules
+    changes it."""
+    from envs.base import demo_policy
+
+    digest = hashlib.sha256()
+    for text in (env.system_prompt(), env.domain_description()):
+        digest.update(text.encode())
+    for split in env.splits:
+        for task in env.panel(split)[:tasks_per_split]:
+            episode = run_episode(env, task, demo_policy(0.0, seed="fingerprint"))
+            digest.update(f"{task.id}|{env.task_instruction(task)}|{episode.first_observation}".encode())
+            for turn in episode.turns:
+                digest.update(f"|{turn.response}|{turn.next_observation}|{turn.reward}".encode())
+    return digest.hexdigest()[:16]
+
+
 def make(name: str, **options) -> TextEnv:
     """Build environment ``name`` with its keyword ``options`` (max_turns, invalid_penalty, ...)."""
     return env_class(name)(**options)
@@ -45,5 +81,5 @@ def make(name: str, **options) -> TextEnv:
 
 __all__ = [
     "BUILTIN", "Episode", "Hindsight", "REGISTRY", "StepResult", "Task", "TextEnv", "Turn",
-    "env_class", "make", "names", "run_episode",
+    "env_class", "env_options", "fingerprint", "has_admissible_switch", "make", "names", "run_episode",
 ]

@@ -145,6 +145,22 @@ def error_turn(episode: Episode) -> int | None:
     :func:`first_unrecovered_error` over its distance trace d_0 .. d_T."""
     return first_unrecovered_error(episode.distances, episode.success)
 
+# verl-agent's ALFWorld prompt (the one SEED, ETRO and GiGPO train with) ends every
+# observation with this line; history and analyzer prompts keep only the part before it.
+ADMISSIBLE_HEADER = "\nYour admissible actions of the current situation are: "
+
+
+def with_admissible(observation: str, actions: Sequence[str]) -> str:
+    """``observation`` followed by the admissible-actions line: ``['go to desk 1', ...].``"""
+    listed = ", ".join(f"'{a}'" for a in actions)
+    return f"{observation}{ADMISSIBLE_HEADER}[{listed}]."
+
+
+def without_admissible(observation: str) -> str:
+    """``observation`` without its admissible-actions line (unchanged when it has none)."""
+    return observation.split(ADMISSIBLE_HEADER, 1)[0]
+
+
 def parse_tagged(text: str, pattern: re.Pattern = ACTION_RE) -> str | None:
     """The content of the last ``<action>...</action>`` span, stripped; None if absent."""
     found = pattern.findall(text)
@@ -170,6 +186,8 @@ class TextEnv(abc.ABC):
     name: str = "base"
     default_max_turns: int = 30
     splits: tuple[str, ...] = ("train",)
+    # Sizes of the domain (``env.level``); the first is the default.
+    levels: tuple[str, ...] = ("full",)
 
     def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.1):
         self.max_turns = max_turns or self.default_max_turns
@@ -230,6 +248,11 @@ class TextEnv(abc.ABC):
         :meth:`expert_action`.  Defaults to :meth:`expert_action` for domains whose expert is
         already observation-consistent; domains whose expert uses hidden facts override it."""
         return self.expert_action(epsilon=epsilon, rng=rng)
+
+    def demo_thought(self, task: Task) -> str:
+        """The demonstrator's reasoning text (inside ``<think>``) for ``task``; behaviour
+        cloning teaches the policy to write it before each action.  Default: none."""
+        return ""
 
     # -- prompt pieces -----------------------------------------------------------------
     @abc.abstractmethod
@@ -311,10 +334,12 @@ def demo_policy(
     epsilon: float = 0.0, seed: str = "demo"
 ) -> Callable[[TextEnv, str, list[Turn]], str]:
     """An ``act`` callable for :func:`run_episode` that follows ``env.demo_action`` on the
-    turns played so far (the observation-consistent demonstrator)."""
+    turns played so far (the observation-consistent demonstrator), with ``env.demo_thought``
+    as its reasoning."""
     rng = random.Random(seed)
 
     def act(env: TextEnv, observation: str, turns: list[Turn]) -> str:
-        return format_response(env.demo_action(turns, epsilon=epsilon, rng=rng))
+        return format_response(env.demo_action(turns, epsilon=epsilon, rng=rng),
+                               think=env.demo_thought(env.task))
 
     return act

@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--passages", type=int, default=0,
                         help="corpus size (0 = the default training corpus; 20000 = benchmark)")
     args = parser.parse_args(argv)
-    from envs.searchqa_kb import corpus  # lazy: the generator is only needed for the CLI
+    from envs.searchqa.kb import corpus  # lazy: the generator is only needed for the CLI
 
     retriever = BM25Retriever(corpus(args.passages).documents())
     server = RetrievalServer(retriever, args.host, args.port, args.topk)

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<10} {r['steps_per_s']:>10,.0f} {r['wall_steps_per_s']:>10,.0f} "
               f"{r['episodes_per_s']:>11,.1f} {r['success']:>8.1%} {r['steps']:>8,}  {verdict}")
     if "searchqa" in args.envs:
-        from envs.searchqa import search_throughput
+        from envs.searchqa.env import search_throughput
 
         s = search_throughput(n_passages=20000)
         ok = s["searches_per_s"] >= SEARCH_TARGET

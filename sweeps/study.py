@@ -5,6 +5,7 @@ and the closest match)::
 
     name: beta-sweep
     base: ../examples/train_tiny.yaml     # path relative to this file, or an inline mapping
+    set: {stages.rl.steps: 8}             # study-wide overrides of the base (not axes)
     grid:                                 # dotted run-config keys -> lists of values
       algo.method: [grpo, seed]
       algo.beta_opd: [1.0, 5.0]
@@ -49,7 +50,7 @@ from trainer.config import (
 from trainer.tracking import cell_id, sqlite_uri
 
 STUDY_KEYS = (
-    "name", "base", "grid", "search", "resources", "max_concurrent", "tracking_uri",
+    "name", "base", "set", "grid", "search", "resources", "max_concurrent", "tracking_uri",
     "ray_address", "out",
 )
 SEARCH_KEYS = ("space", "trials", "sampler_seed", "seeds_per_trial", "metric", "mode", "storage")
@@ -290,6 +291,10 @@ def parse_study(data: Any, *, folder: Path, out: str | Path | None = None,
     if not isinstance(name, str) or not name or "/" in name or name.strip() != name:
         raise ConfigError(f"{where}.name: expected a non-empty name without '/', got {name!r}")
     base = _load_base(f"{where}.base", data.get("base"), folder)
+    overrides = _want(f"{where}.set", data.get("set") or {}, dict, "a mapping of dotted keys to values")
+    for key, value in overrides.items():
+        _check_value(f"{where}.set", base, key, value)
+    base = apply_overrides(base, overrides)
     out_dir = Path(out) if out else (folder / data["out"] if data.get("out") else Path("runs") / name)
     out_dir = out_dir.expanduser().resolve()
     grid = _parse_grid(f"{where}.grid", data.get("grid") or {}, base)

@@ -285,3 +285,28 @@ def test_resolve_every_registered_method_of_the_real_table():
         if spec.suffix_skill is not None:  # ETRO suffix ablations pin the suffix skill, alpha 1
             assert (cfg.algo.suffix_skill, cfg.algo.suffix_weight) == (spec.suffix_skill, 1.0)
         assert resolve(cfg) == cfg, name
+
+
+def test_env_level_and_admissible_switch_resolve_per_env():
+    household = resolve(RunConfig())
+    assert (household.env.level, household.env.show_admissible) == ("full", True)
+    shop = resolve(apply_overrides(RunConfig(), {"env.name": "shop"}))
+    assert (shop.env.level, shop.env.show_admissible) == ("full", False)
+    small = resolve(apply_overrides(RunConfig(), ["env.level=small", "env.show_admissible=false"]))
+    assert (small.env.level, small.env.show_admissible) == ("small", False)
+    with pytest.raises(ConfigError, match="env.level: 'tiny' is not a level of household; valid: full, small"):
+        resolve(apply_overrides(RunConfig(), ["env.level=tiny"]))
+    with pytest.raises(ConfigError, match="env.level: 'small' is not a level of shop; valid: full"):
+        resolve(apply_overrides(RunConfig(), ["env.name=shop", "env.level=small"]))
+    with pytest.raises(ConfigError, match="env.show_admissible: shop has no admissible-command list"):
+        resolve(apply_overrides(RunConfig(), ["env.name=shop", "env.show_admissible=true"]))
+
+
+def test_env_factory_passes_level_and_switch_to_the_env():
+    from trainer.context import env_factory
+
+    env = env_factory(resolve(apply_overrides(RunConfig(), ["env.level=small", "env.show_admissible=false"])))()
+    assert (env.level, env.show_admissible) == ("small", False)
+    assert env.panel("eval_seen")[0].id == "household/eval_seen/s0000"
+    shop = env_factory(resolve(apply_overrides(RunConfig(), {"env.name": "shop"})))()
+    assert shop.name == "shop"

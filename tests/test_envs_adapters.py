@@ -16,7 +16,7 @@ from envs.adapters.searchr1 import SearchR1Env, load_splits
 from envs.adapters.webshop import WebShopEnv, parse_webshop_action
 from envs.base import expert_policy, format_response, run_episode
 from envs.retrieval import BM25Retriever, RetrievalServer
-from envs.searchqa import retriever
+from envs.searchqa.env import retriever
 
 
 @pytest.fixture(autouse=True)

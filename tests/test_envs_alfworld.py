@@ -24,9 +24,9 @@ from envs.adapters import AdapterUnavailable
 from envs.adapters.alfworld import ALFWorldEnv, parse_command, put_spellings
 from envs.adapters.alfworld_pddl import affordance_conflicts, entity_id, problem_text
 from envs.base import Task, format_response
-from envs.household import HouseholdEnv
-from envs.household_data import FAMILIES
-from envs.household_world import custom_task
+from envs.household.env import HouseholdEnv
+from envs.household.data import FAMILIES
+from envs.household.world import custom_task
 
 pytest.importorskip("textworld", reason="alfworld adapter needs `pip install alfworld \"textworld[pddl]\"`")
 pytest.importorskip("fast_downward", reason="alfworld adapter needs textworld[pddl] (fast-downward-textworld)")
@@ -161,7 +161,7 @@ def _sample(split: str, per_family: int) -> list:
 def test_household_expert_wins_in_alfworld_and_engines_agree(split):
     """One task per family: four random shared commands, then household's optimal plan
     from there; both engines must agree at every step (module docstring)."""
-    h, a = HouseholdEnv(max_turns=50), ALFWorldEnv(max_turns=50)
+    h, a = HouseholdEnv(max_turns=50, show_admissible=False), ALFWorldEnv(max_turns=50, show_admissible=False)
     for task in _sample(split, per_family=1):
         household = _household(task)
         h.reset(household)
@@ -179,7 +179,7 @@ def test_household_expert_wins_in_alfworld_and_engines_agree(split):
 
 @pytest.mark.slow
 def test_engine_planner_distance_matches_household():
-    h, a = HouseholdEnv(), ALFWorldEnv(planner=True)
+    h, a = HouseholdEnv(show_admissible=False), ALFWorldEnv(planner=True, show_admissible=False)
     for task in _sample("train", per_family=1)[:2]:
         a.reset(task)
         h.reset(_household(task))
@@ -191,7 +191,7 @@ def test_engine_planner_distance_matches_household():
 def test_alfworld_forbids_what_household_allows():
     task = custom_task("household/custom/0003", "pick_and_place", "bowl", "countertop",
                        {"countertop 1": [], "cabinet 1": ["bowl 1"], "microwave 1": []})
-    env = ALFWorldEnv()
+    env = ALFWorldEnv(show_admissible=False)
     env.reset(Task("alfworld/custom/0003", "alfworld", "custom", task.instruction,
                    {**task.spec, "household_id": task.id}))
     for action in ("go to cabinet 1", "take bowl 1 from cabinet 1", "go to microwave 1"):
@@ -210,3 +210,17 @@ def test_alfworld_forbids_what_household_allows():
 def _household(task):
     return Task(task.spec["household_id"], "household", task.split, task.instruction,
                       {k: v for k, v in task.spec.items() if k not in ("household_id", "task_type")})
+
+
+@pytest.mark.slow
+def test_alfworld_observations_list_admissible_commands_unless_switched_off():
+    from envs.base import ADMISSIBLE_HEADER, without_admissible
+
+    task = ALFWorldEnv().panel("eval_seen")[0]
+    env, plain = ALFWorldEnv(), ALFWorldEnv(show_admissible=False)
+    first = env.reset(task)
+    assert first.endswith("[" + ", ".join(f"'{a}'" for a in env.admissible_actions()) + "].")
+    assert ADMISSIBLE_HEADER in first and without_admissible(first) == plain.reset(task)
+    action = env.admissible_actions()[0]
+    after, plain_after = env.step(format_response(action)), plain.step(format_response(action))
+    assert without_admissible(after.observation) == plain_after.observation

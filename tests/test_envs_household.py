@@ -14,10 +14,10 @@ import pytest
 
 import envs
 from envs.base import TextEnv, demo_policy, expert_policy, format_response, run_episode
-from envs.household import INVALID_OBSERVATION, HouseholdEnv, parse_command
-from envs.household_data import FAMILIES
-from envs.household_engine import seen_listings
-from envs.household_world import SPLIT_SIZES, combo_heldout, custom_task, layouts
+from envs.household.env import INVALID_OBSERVATION, HouseholdEnv, parse_command
+from envs.household.data import FAMILIES
+from envs.household.engine import seen_listings
+from envs.household.world import SPLIT_SIZES, combo_heldout, custom_task, layouts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,7 +93,7 @@ def test_panels_and_episodes_identical_across_processes_and_hash_seeds():
 
 # -- texts and rules -------------------------------------------------------------------
 def test_observation_texts_follow_alfworld():
-    env = HouseholdEnv()
+    env = HouseholdEnv(show_admissible=False)
     first = env.reset(kitchen_task())
     assert first == ("You are in the middle of a room. Looking quickly around you, you see a "
                      "countertop 1, a fridge 1, a microwave 1, a sinkbasin 1, and a drawer 1.")
@@ -120,7 +120,7 @@ def test_observation_texts_follow_alfworld():
 
 
 def test_heat_clean_lamp_and_open_receptacle_texts():
-    env = HouseholdEnv()
+    env = HouseholdEnv(show_admissible=False)
     env.reset(kitchen_task("pick_heat_then_place"))
     for a in ("go to sinkbasin 1", "take apple 2 from sinkbasin 1", "clean apple 2 with sinkbasin 1",
               "go to microwave 1"):
@@ -139,7 +139,7 @@ def test_heat_clean_lamp_and_open_receptacle_texts():
 
 
 def test_invalid_steps_cost_the_penalty_and_change_nothing():
-    env = HouseholdEnv(invalid_penalty=0.25)
+    env = HouseholdEnv(invalid_penalty=0.25, show_admissible=False)
     env.reset(kitchen_task())
     act(env, "go to countertop 1")
     key, distance = env.state_key(), env.distance_to_goal()
@@ -489,3 +489,58 @@ def test_demo_solves_the_whole_train_panel():
     env = HouseholdEnv()
     assert _success_rate(env, env.panel("train"), demo_policy()) >= 0.95  # measured 1.0
     assert _success_rate(env, env.panel("train")[::4], demo_policy(0.2)) >= 0.95  # measured 0.993
+
+
+# -- admissible commands in the observation and the small (CPU) level ------------------
+def test_observations_list_the_admissible_commands_unless_switched_off():
+    from envs.base import ADMISSIBLE_HEADER, without_admissible
+
+    env = HouseholdEnv()
+    task = kitchen_task()
+    first = env.reset(task)
+    assert first.endswith(
+        f"{ADMISSIBLE_HEADER}['go to countertop 1', 'go to fridge 1', 'go to microwave 1', "
+        "'go to sinkbasin 1', 'go to drawer 1', 'inventory', 'look'].")
+    result = act(env, "go to fridge 1")
+    listed = result.observation.split(ADMISSIBLE_HEADER)[1]
+    assert listed == "[" + ", ".join(f"'{a}'" for a in env.admissible_actions()) + "]."
+    assert "'open fridge 1'" in listed and "'go to fridge 1'" not in listed
+    plain = HouseholdEnv(show_admissible=False)
+    assert plain.reset(task) == without_admissible(first)
+    assert act(plain, "go to fridge 1").observation == without_admissible(result.observation)
+    # the demonstrator reads only the observation text before the list: same plays either way
+    a = run_episode(env, task, demo_policy(0.0, seed="d"))
+    b = run_episode(plain, task, demo_policy(0.0, seed="d"))
+    assert a.actions == b.actions and a.success and b.success
+
+
+def test_small_level_has_small_rooms_its_own_fixed_panels_and_four_families():
+    from envs.household.world import SMALL_FAMILIES, SMALL_MAX_RECEPTACLES
+
+    env = envs.make("household", level="small")
+    full = envs.make("household")
+    for split, size in SPLIT_SIZES.items():
+        tasks = env.panel(split)
+        assert len(tasks) == size and tasks[3].id == f"household/{split}/s0003"
+        assert {t.spec["family"] for t in tasks} == set(SMALL_FAMILIES)
+        assert all(layouts()[t.spec["layout"]].level == "small" for t in tasks)
+        assert not {t.id for t in tasks} & {t.id for t in full.panel(split)}
+    sizes = [len(lay.receptacles) for lay in layouts().values() if lay.level == "small"]
+    assert max(sizes) <= SMALL_MAX_RECEPTACLES
+    unseen, train = env.panel("eval_unseen"), env.panel("train")
+    assert all(layouts()[t.spec["layout"]].heldout for t in unseen)
+    assert not {t.spec["layout"] for t in unseen} & {t.spec["layout"] for t in train}
+    assert env.panel("eval_seen") == envs.make("household", level="small").panel("eval_seen")
+    with pytest.raises(ValueError, match="unknown household level 'tiny'; valid: full, small"):
+        envs.make("household", level="tiny")
+
+
+@pytest.mark.parametrize("split", ["eval_seen", "eval_unseen"])
+def test_small_level_expert_and_demonstrator_solve_every_panel_task(split):
+    env = envs.make("household", level="small", max_turns=15)
+    tasks = env.panel(split)
+    expert = [run_episode(env, t, expert_policy(0.0)) for t in tasks]
+    assert all(e.success for e in expert)
+    demo = [run_episode(env, t, demo_policy(0.0)) for t in tasks]
+    assert all(e.success for e in demo)
+    assert max(len(e.turns) for e in demo) <= 12

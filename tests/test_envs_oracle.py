@@ -18,8 +18,8 @@ from envs.base import (
     format_response,
     run_episode,
 )
-from envs.household import HouseholdEnv
-from envs.household_world import custom_task
+from envs.household.env import HouseholdEnv
+from envs.household.world import custom_task
 from envs.oracle import OracleWriter
 
 # apple 1 lies on countertop 1; the goal is the dining table.  From the start the optimal

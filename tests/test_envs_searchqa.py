@@ -18,16 +18,16 @@ import pytest
 import envs
 from envs.base import expert_policy, first_unrecovered_error, format_response, run_episode
 from envs.retrieval import BM25Retriever, RetrievalServer, from_contents, to_contents
-from envs.searchqa import SearchQAEnv, search_throughput
-from envs.searchqa_kb import RELATIONS, corpus
-from envs.searchqa_protocol import (
+from envs.searchqa.env import SearchQAEnv, search_throughput
+from envs.searchqa.kb import RELATIONS, corpus
+from envs.searchqa.protocol import (
     INVALID_MESSAGE,
     exact_match,
     format_information,
     normalize_answer,
     parse_search_action,
 )
-from envs.searchqa_questions import EVAL_SPLITS, PANELS, SPLITS, panels
+from envs.searchqa.questions import EVAL_SPLITS, PANELS, SPLITS, panels
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -186,8 +186,8 @@ def test_panels_are_identical_across_processes_and_hash_seeds():
         return hashlib.sha256(repr(payload).encode()).hexdigest()
 
     code = (
-        "import hashlib\nfrom envs.searchqa_questions import SPLITS, panels\n"
-        "from envs.searchqa_kb import corpus\n"
+        "import hashlib\nfrom envs.searchqa.questions import SPLITS, panels\n"
+        "from envs.searchqa.kb import corpus\n"
         "payload = [(s, q.text, q.answers, q.facts) for s in SPLITS for q in panels()[s]]\n"
         "payload.append([(p.title, p.text) for p in corpus(0).passages])\n"
         "print(hashlib.sha256(repr(payload).encode()).hexdigest())\n"

@@ -15,8 +15,8 @@ import pytest
 
 import envs
 from envs.base import expert_policy, first_unrecovered_error, format_response, run_episode
-from envs.shop import UNREACHABLE, ShopEnv, make_task, parse_command
-from envs.shop_catalog import (
+from envs.shop.env import UNREACHABLE, ShopEnv, make_task, parse_command
+from envs.shop.catalog import (
     MAX_RESULTS,
     TYPES_BY_KEY,
     Goal,
@@ -26,7 +26,7 @@ from envs.shop_catalog import (
     tokenize,
     type_reward,
 )
-from envs.shop_types import ProductType
+from envs.shop.types import ProductType
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -346,7 +346,7 @@ DIGEST = """
 import hashlib, json
 import envs
 from envs.base import expert_policy, run_episode
-from envs.shop import make_task
+from envs.shop.env import make_task
 env = envs.make("shop")
 tasks = [make_task("eval", i) for i in range(0, 500, 10)] + [make_task("train", i) for i in (0, 4999)]
 blob = [(t.id, t.instruction, dict(t.spec)) for t in tasks]

@@ -144,3 +144,15 @@ def test_parse_inline_dict_matches_file(tmp_path):
     data = {"name": "s", "grid": {"seed": [4, 5]}}
     from_dict = parse_study(data, folder=tmp_path)
     assert [t.seed for t in expand(from_dict)] == [4, 5]
+
+
+def test_study_set_overrides_the_base_for_every_cell(tmp_path):
+    data = {"name": "s", "base": {"stages": {"rl": {"steps": 20}}}, "set": {"stages.rl.steps": 3},
+            "grid": {"algo.method": ["grpo", "seed"]}}
+    study = parse_study(data, folder=tmp_path)
+    assert study.base.stages.rl.steps == 3
+    assert all(t.cfg.stages.rl.steps == 3 for t in expand(study))
+    with pytest.raises(ConfigError, match="study.set: unknown key 'stages.rl.stepz'"):
+        parse_study({**data, "set": {"stages.rl.stepz": 3}}, folder=tmp_path)
+    with pytest.raises(ConfigError, match="study.set: expected a mapping"):
+        parse_study({**data, "set": [1]}, folder=tmp_path)

@@ -274,3 +274,24 @@ def test_analyzer_target_round_trips_through_the_parser():
 def test_parser_flags_malformed_outputs(text):
     parsed = parse_analyzer_output(text, num_turns=3)
     assert not parsed.valid and parsed.raw == text
+
+
+def test_window_history_and_analyzer_drop_the_admissible_list(tokenizer):
+    """The admissible commands belong to the current observation only (verl-agent): past
+    observations in the window history and in the analyzer's episode text omit them."""
+    from dataclasses import replace
+
+    from envs.base import with_admissible
+    from trainer.samples import serialize_episode
+
+    traj = make_traj(tokenizer, 4)
+    listed = [replace(t, observation=with_admissible(t.observation, ["go to shelf 9"]),
+                      next_observation=with_admissible(t.next_observation, ["go to shelf 9"]))
+              for t in traj.episode.turns]
+    episode = replace(traj.episode, turns=listed)
+    traj = Trajectory(episode, traj.response_ids)
+    prompt = SampleBuilder(tokenizer, FakeEnv(), "window", history_window=2).build(traj)[3]
+    text = tokenizer.decode([i for i, m in zip(prompt.input_ids, prompt.action_mask) if not m])
+    assert text.count("go to shelf 9") == 1  # the current observation's list only
+    assert text.index("go to shelf 9") > text.index("## Observation\n")
+    assert "go to shelf 9" not in serialize_episode(episode)

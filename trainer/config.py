@@ -92,6 +92,12 @@ class EnvConfig:
     context: str = field(default="window", metadata=_choices("window", "full"))
     # N for the window context: how many past (observation, action) pairs are kept.
     history_window: int = field(default=2, metadata={"ge": 0})
+    # Size of the domain: household "full" (paper scale) or "small" (the CPU level: rooms of
+    # at most 6 receptacles, four families); "" = the env's default (its first level).
+    level: str = ""
+    # End every observation with the admissible commands (verl-agent's ALFWorld prompt);
+    # null = on for the envs that have the switch (household, alfworld).
+    show_admissible: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +182,10 @@ class WarmStartConfig:
     skill_fraction: float = field(default=0.3, metadata={"ge": 0.0, "le": 1.0})
     # Fraction of demonstrations that also teach writing a skill from a trajectory.
     writer_fraction: float = field(default=0.3, metadata={"ge": 0.0, "le": 1.0})
+    # Start from a saved warm start instead of training one: the name of a bundled one
+    # (household-small) or a folder written by scripts/warm_start.py; "" = train it here.
+    # Its settings must match the run's model and env (checked, with the env fingerprint).
+    checkpoint: str = ""
     # Reuse a warm-started model across runs with the same model, env, warm-start settings
     # and seed (e.g. the methods of a study); "" = $HINDSIGHT_CACHE or ~/.cache/hindsight-lab.
     cache: bool = True
@@ -524,6 +534,13 @@ def check_registered(cfg: RunConfig) -> None:
         raise unknown_name_error("algo.method", "method", cfg.algo.method, methods)
     if cfg.env.name not in envs.names():
         raise unknown_name_error("env.name", "env", cfg.env.name, envs.names())
+    levels = envs.env_class(cfg.env.name).levels
+    if cfg.env.level and cfg.env.level not in levels:
+        raise ConfigError(f"env.level: {cfg.env.level!r} is not a level of {cfg.env.name}; "
+                          f"valid: {', '.join(levels)}")
+    if cfg.env.show_admissible and not envs.has_admissible_switch(cfg.env.name):
+        raise ConfigError(f"env.show_admissible: {cfg.env.name} has no admissible-command list "
+                          f"to show; set it to false or null")
 
 
 def load_config(path: str | Path, overrides: Iterable[str] | Mapping[str, Any] = ()) -> RunConfig:
@@ -568,7 +585,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
     cfg = dataclasses.replace(cfg, algo=algos.resolve_algo(spec, cfg.algo))
     tiny = cfg.model.backbone == TINY_BACKBONE
     lr = cfg.algo.lr if cfg.algo.lr is not None else (DEFAULT_LR_TINY if tiny else DEFAULT_LR)
+    env_cls = importlib.import_module("envs").env_class(cfg.env.name)
     defaults = {
+        "env.show_admissible": importlib.import_module("envs").has_admissible_switch(cfg.env.name),
         "algo.lr": lr,
         "writer.kind": spec.writer,
         "stages.warm_start.enabled": tiny,
@@ -577,6 +596,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
     }
     flat = flatten(cfg)
     fills = {k: v for k, v in defaults.items() if flat[k] is None}
+    if not cfg.env.level:
+        fills["env.level"] = env_cls.levels[0]
     if spec.writer_refresh is not None:
         fills["writer.refresh_every"] = spec.writer_refresh
     out = apply_overrides(cfg, fills)  # validates everything, resolve_algo's changes too

@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 import envs
-from envs.base import Task, TextEnv, expert_policy, run_episode
+from envs.base import Task, TextEnv, demo_policy, run_episode
 from trainer.algos import MethodSpec, get_method
 from trainer.backend import GenerationBackend, make_backend
 from trainer.config import RunConfig
@@ -60,8 +60,9 @@ class Context:
 
 
 def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
-    return functools.partial(envs.make, cfg.env.name, max_turns=cfg.env.max_turns,
-                             invalid_penalty=cfg.env.invalid_penalty)
+    options = envs.env_options(cfg.env.name, cfg.env.level, cfg.env.show_admissible,
+                               max_turns=cfg.env.max_turns, invalid_penalty=cfg.env.invalid_penalty)
+    return functools.partial(envs.make, cfg.env.name, **options)
 
 
 def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task]) -> list[str]:
@@ -70,7 +71,7 @@ def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task]) -> list
     from envs.oracle import OracleWriter as EnvOracle
 
     env, oracle = make_env(), EnvOracle(make_env)
-    act = expert_policy(0.2, seed="tokenizer")
+    act = demo_policy(0.2, seed="tokenizer")
     texts = [env.system_prompt(), env.domain_description()]
     for task in tasks:
         episode = run_episode(env, task, act)

@@ -18,6 +18,7 @@ Only stable transformers 5.x APIs are used (``dtype=``, not the removed ``torch_
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -174,10 +175,33 @@ def _offline() -> bool:
     )
 
 
+# tokenizer_config.json's class for a tokenizer saved straight from a ``tokenizers`` object
+# (train_tokenizer); transformers 5 writes "TokenizersBackend", older versions the fast class.
+_RAW_TOKENIZER_CLASSES = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
+
+
+def load_tokenizer(name_or_path: str, local_files_only: bool = False) -> PreTrainedTokenizerBase:
+    """The tokenizer saved in ``name_or_path``, token for token as it was saved.
+
+    ``AutoTokenizer`` prefers the class that the model's ``config.json`` implies: for a
+    tiny Qwen2 model that is ``Qwen2Tokenizer``, which rebuilds the pre-tokenizer from
+    Qwen's rules (digits split one by one) and so reads "countertop 1" as different ids than
+    the locally trained tokenizer did.  A tokenizer saved as a raw ``tokenizers`` object is
+    therefore loaded back as exactly that object; every other one goes through
+    ``AutoTokenizer``.
+    """
+    config = Path(name_or_path) / "tokenizer_config.json"
+    if config.is_file():
+        saved_class = json.loads(config.read_text()).get("tokenizer_class")
+        if saved_class in _RAW_TOKENIZER_CLASSES:
+            return PreTrainedTokenizerFast.from_pretrained(name_or_path, local_files_only=True)
+    return AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_files_only)
+
+
 def load_pretrained(name_or_path: str, dtype: torch.dtype, device: str):
     """A transformers causal LM and tokenizer from a local folder or a hub name."""
     local_only = Path(name_or_path).is_dir() or _offline()
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_only)
+    tokenizer = load_tokenizer(name_or_path, local_files_only=local_only)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(

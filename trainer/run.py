@@ -26,7 +26,17 @@ from trainer.context import Context, build_context, start_rl
 from trainer.evaluate import evaluate_panels
 from trainer.records import build_records
 from trainer.rl import PhaseTimer, collect_batch, step_metrics, update
-from trainer.stages import load_cached_warm_start, save_warm_start, skill_sft, warm_start, warm_start_cache
+from trainer.stages import (
+    BUNDLE_META,
+    bundle_path,
+    check_bundle,
+    load_cached_warm_start,
+    save_warm_start,
+    skill_sft,
+    warm_start,
+    warm_start_cache,
+    writer_validity,
+)
 from trainer.tracking import RunLogger, tracking_uri
 
 
@@ -50,6 +60,8 @@ def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, pr
     ckpt = latest_checkpoint(out) if resume else None
     if ckpt is not None and run_id is None:
         run_id = torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"]["run_id"] or None
+    if ckpt is None and cfg.stages.warm_start.enabled and cfg.stages.warm_start.checkpoint:
+        check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))  # before any run exists
     logger = RunLogger(tracking_uri(cfg), cfg.tracking.experiment)
     run_id = logger.start(cfg, run_id=run_id)
     try:
@@ -64,6 +76,8 @@ def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, pr
 def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, progress: bool) -> dict[str, float]:
     cache = warm_start_cache(cfg) if ckpt is None else None
     cached = load_cached_warm_start(cache)
+    if ckpt is None and cfg.stages.warm_start.enabled and cfg.stages.warm_start.checkpoint:
+        cached, cache = _saved_warm_start(cfg, logger), None
     init = str(ckpt / "model") if ckpt is not None else cached
     ctx = build_context(cfg, init_from=init)
     if ckpt is None:
@@ -98,9 +112,23 @@ def _due(step: int, every: int, last: int) -> bool:
     return step == last or (every > 0 and step % every == 0)
 
 
+def _saved_warm_start(cfg: RunConfig, logger: RunLogger) -> str:
+    """The folder of ``stages.warm_start.checkpoint`` (checked against the run by
+    :func:`train`); its
+    training figures and panel evaluation are logged at step 0 with ``warm/saved`` = 1."""
+    path = bundle_path(cfg.stages.warm_start.checkpoint)
+    meta = json.loads((path / BUNDLE_META).read_text())  # checked by train() already
+    logger.set_tags({"warm_start": str(path.name), "warm_start_fingerprint": meta["env_fingerprint"]})
+    evaluation = {f"warm/{k}": v for k, v in meta.get("evaluation", {}).items()}
+    logger.log_metrics(0, {**meta["metrics"], **evaluation, "warm/cached": 1.0, "warm/saved": 1.0})
+    return str(path)
+
+
 def _sft_stages(ctx: Context, logger: RunLogger, progress: bool, cache: Path | None, cached: str | None) -> None:
     stages = ctx.cfg.stages
-    if cached is not None:
+    if cached is not None and stages.warm_start.checkpoint:
+        pass  # a saved warm start: its figures were logged by _saved_warm_start
+    elif cached is not None:
         metrics = json.loads((Path(cached).parent / "metrics.json").read_text())
         logger.log_metrics(0, {**metrics, "warm/cached": 1.0})
     elif stages.warm_start.enabled:
@@ -117,6 +145,7 @@ def _sft_stages(ctx: Context, logger: RunLogger, progress: bool, cache: Path | N
             timer = PhaseTimer()
             with timer("skill_sft"):
                 metrics = skill_sft(ctx, bar)
+            metrics.update(writer_validity(ctx))
             logger.log_metrics(0, {**metrics, **timer.metrics()})
 
 

@@ -14,7 +14,8 @@ Chat format (ChatML, as the tokenizers of :mod:`trainer.models`)::
 Context modes (``EnvConfig.context``):
 
 * ``window`` (verl-agent / OPID): one sample per turn t.  The user message holds the task,
-  the last N (observation, action) pairs as text (raw observation; the parsed action, or
+  the last N (observation, action) pairs as text (the observation without its admissible-
+  commands line; the parsed action, or
   the raw response when it did not parse), and the current observation.
 * ``full``: the episode is one chat: user(task + obs_0), assistant(y_0), user(obs_1),
   assistant(y_1), ...; one forward pass scores every turn.  Each past response appears as
@@ -45,7 +46,7 @@ from typing import Protocol
 
 from transformers import PreTrainedTokenizerBase
 
-from envs.base import Episode, Hindsight, Task, Turn
+from envs.base import Episode, Hindsight, Task, Turn, without_admissible
 
 SKILL_HEADER = "\n\n## Hindsight skill\n"
 HISTORY_HEADER = "\n\n## Previous steps ({shown} most recent of {taken})\n"
@@ -144,7 +145,8 @@ def history_block(turns: Sequence[Turn], taken: int) -> str:
     if not turns:
         return ""
     lines = [
-        f"Observation: {t.observation}\nAction: {t.action or t.response.strip()}" for t in turns
+        f"Observation: {without_admissible(t.observation)}\nAction: {t.action or t.response.strip()}"
+        for t in turns
     ]
     return HISTORY_HEADER.format(shown=len(turns), taken=taken) + "\n".join(lines)
 
@@ -402,11 +404,11 @@ def serialize_episode(episode: Episode, max_observation_chars: int = 600) -> str
 
     lines = [
         f"Task: {episode.task.instruction}",
-        f"Initial observation: {clip(episode.first_observation)}",
+        f"Initial observation: {clip(without_admissible(episode.first_observation))}",
     ]
     for t, turn in enumerate(episode.turns):
         action = turn.action if turn.valid and turn.action else f"(invalid) {turn.response.strip()}"
-        lines.append(f"Step {t}: {action}\nResult: {clip(turn.next_observation)}")
+        lines.append(f"Step {t}: {action}\nResult: {clip(without_admissible(turn.next_observation))}")
     outcome = "success" if episode.success else "failure"
     lines.append(f"Outcome: {outcome} (score {episode.score:.2f}) after {len(episode.turns)} steps")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ tokens; the loss is the token-mean NLL over the targets of a minibatch.
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Sequence
 
@@ -23,6 +24,20 @@ def example(prompt_ids: Sequence[int], target_ids: Sequence[int]) -> TokenSequen
     return TokenSequence(tuple(prompt_ids) + tuple(target_ids), (0,) * n + (1,) * m, (-1,) * n + (0,) * m)
 
 
+def warmup_cosine(total_steps: int, warmup: float = 0.05, floor: float = 0.1):
+    """Learning-rate factor per optimizer step: linear warm-up over the first ``warmup``
+    fraction of ``total_steps``, then cosine decay to ``floor`` (the usual SFT schedule)."""
+    ramp = max(1, round(warmup * total_steps))
+
+    def factor(step: int) -> float:
+        if step < ramp:
+            return (step + 1) / ramp
+        progress = min(1.0, (step - ramp) / max(1, total_steps - ramp))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
 def sft(
     model,
     examples: Sequence[TokenSequence],
@@ -35,11 +50,13 @@ def sft(
     grad_clip: float = 1.0,
     progress=None,
 ) -> dict[str, float]:
-    """Fine-tune ``model`` in place; returns ``{"sft/loss_first", "sft/loss_last",
+    """Fine-tune ``model`` in place (AdamW, :func:`warmup_cosine` schedule); returns ``{"sft/loss_first", "sft/loss_last",
     "sft/examples", "sft/tokens"}`` (mean loss of the first and the last epoch)."""
     if not examples:
         raise ValueError("sft: no examples")
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    total_steps = epochs * math.ceil(len(examples) / batch_size)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps))
     rng = random.Random(f"sft:{seed}")
     order = list(range(len(examples)))
     epoch_losses = []
@@ -57,6 +74,7 @@ def sft(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             optimizer.step()
+            schedule.step()
             total, count = total + loss.item(), count + 1
             if progress is not None:
                 progress.update(1)

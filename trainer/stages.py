@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from envs.base import demo_policy, run_episode
-from trainer.config import RunConfig, canonical_json, to_dict
+from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
 from trainer.context import Context
 from trainer.rollout import Sampling, collect
 from trainer.samples import Trajectory, analyzer_prompt, analyzer_target, encode, encode_chat
@@ -120,3 +120,142 @@ def save_warm_start(ctx: Context, path: Path, metrics: dict[str, float]) -> None
         tmp.rename(path)
     except OSError:  # another run cached the same warm start first
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- saved warm starts (scripts/warm_start.py, `make warm-start`) --------------------------
+BUNDLED_WARM_STARTS = Path(__file__).parent / "assets" / "warm_start"
+BUNDLE_META = "warm_start.json"
+# The settings a warm start depends on: they must match between the bundle and the run.
+BUNDLE_KEYS = ("model.backbone", "model.tiny", "env.name", "env.level", "env.show_admissible",
+               "env.context", "env.history_window", "env.max_turns", "rollout.max_new_tokens")
+
+
+def _bundle_settings(cfg: RunConfig) -> dict:
+    flat = json.loads(canonical_json(cfg))
+    out = {}
+    for key in BUNDLE_KEYS:
+        node = flat
+        for part in key.split("."):
+            node = node[part]
+        out[key] = node
+    return out
+
+
+def bundled_warm_starts() -> list[str]:
+    """Names of the warm starts shipped with the package."""
+    if not BUNDLED_WARM_STARTS.is_dir():
+        return []
+    return sorted(p.name for p in BUNDLED_WARM_STARTS.iterdir() if (p / BUNDLE_META).is_file())
+
+
+def bundle_path(name_or_path: str) -> Path:
+    """The folder of a saved warm start given by bundled name or by path."""
+    path = BUNDLED_WARM_STARTS / name_or_path
+    if (path / BUNDLE_META).is_file():
+        return path
+    path = Path(name_or_path)
+    if (path / BUNDLE_META).is_file():
+        return path
+    names = ", ".join(bundled_warm_starts()) or "none"
+    raise ConfigError(f"stages.warm_start.checkpoint: {name_or_path!r} is neither a bundled warm "
+                      f"start (bundled: {names}) nor a folder with {BUNDLE_META}")
+
+
+def check_bundle(cfg: RunConfig, path: Path) -> dict:
+    """The bundle's metadata, after checking that it fits ``cfg``: same model shape and env
+    settings, and an env fingerprint equal to the current environment's (else the policy
+    would act on observations it was never trained on)."""
+    import envs
+
+    from trainer.context import env_factory
+
+    meta = json.loads((path / BUNDLE_META).read_text())
+    ours = _bundle_settings(cfg)
+    wrong = [f"{k}={meta['settings'].get(k)!r} (run: {v!r})" for k, v in ours.items()
+             if meta["settings"].get(k) != v]
+    if wrong:
+        raise ConfigError(f"stages.warm_start.checkpoint: {path.name} was trained with "
+                          f"{'; '.join(wrong)}; match them or train a warm start for this run")
+    current = envs.fingerprint(env_factory(cfg)())
+    if meta["env_fingerprint"] != current:
+        raise ConfigError(f"stages.warm_start.checkpoint: {path.name} was trained on env version "
+                          f"{meta['env_fingerprint']}, the env is now {current}; rebuild it "
+                          f"(make warm-start)")
+    return meta
+
+
+def train_warm_start(cfg: RunConfig, progress=None) -> tuple[Context, dict[str, float]]:
+    """Build the run's context from its backbone and behaviour-clone the demonstrator."""
+    from trainer.context import build_context
+
+    ctx = build_context(cfg)
+    return ctx, warm_start(ctx, progress)
+
+
+def evaluate_policy(ctx: Context, max_tasks: int) -> dict[str, float]:
+    """Success of the current policy on every eval panel of the env (the first
+    ``max_tasks`` tasks of each), greedy and at the config's evaluation temperature:
+    ``{"eval_seen/success/greedy": ..., "eval_seen/success/t0.7": ..., ...}``."""
+    import dataclasses
+
+    from trainer.evaluate import evaluate_panels
+
+    cfg, out = ctx.cfg, {}
+    splits = tuple(s for s in ctx.prompt_env.splits if s != cfg.env.train_split)
+    for temperature in sorted({0.0, cfg.eval.temperature}):
+        ctx.cfg = dataclasses.replace(cfg, eval=dataclasses.replace(
+            cfg.eval, splits=splits, max_tasks=max_tasks, temperature=temperature))
+        metrics, _ = evaluate_panels(ctx, step=0)
+        mode = "greedy" if temperature == 0 else f"t{temperature:g}"
+        out.update({f"{k.removeprefix('eval/')}/{mode}": v for k, v in metrics.items()})
+    ctx.cfg = cfg
+    ctx.model.train()
+    return out
+
+
+def save_bundle(ctx: Context, out: Path, metrics: dict[str, float], evaluation: dict[str, float]) -> Path:
+    """Write a warm-start checkpoint: weights, tokenizer and :data:`BUNDLE_META`."""
+    import envs
+
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    ctx.model.save_pretrained(out, safe_serialization=True)
+    ctx.tokenizer.save_pretrained(out)
+    meta = {"settings": _bundle_settings(ctx.cfg), "env_fingerprint": envs.fingerprint(ctx.make_env()),
+            "warm_start": to_dict(ctx.cfg.stages.warm_start), "seed": ctx.cfg.seed,
+            "metrics": metrics, "evaluation": evaluation}
+    (out / BUNDLE_META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+# -- the self writer's validity on a fixed panel -------------------------------------------
+WRITER_PANEL_SIZE = 64
+WRITER_PANEL_EPSILON = 0.3  # demonstrator mistakes, so that about half the episodes fail
+
+
+def writer_panel(ctx: Context, size: int = WRITER_PANEL_SIZE) -> list[Trajectory]:
+    """A fixed panel of ``size`` trajectories for measuring a writer: the demonstrator with
+    mistakes on the first tasks of the env's first evaluation split (same every run)."""
+    env = ctx.make_env()
+    split = next(s for s in env.splits if s != ctx.cfg.env.train_split)
+    act = demo_policy(WRITER_PANEL_EPSILON, seed="writer-panel")
+    return [_demo_trajectory(ctx, run_episode(env, task, act)) for task in env.panel(split)[:size]]
+
+
+def writer_validity(ctx: Context, size: int = WRITER_PANEL_SIZE) -> dict[str, float]:
+    """How often the policy's own hindsight output is usable on :func:`writer_panel`:
+    ``writer/panel_valid_rate`` (parses, names a real turn, non-empty skill),
+    ``writer/invalid_rate`` (its complement) and ``writer/panel_boundary_agreement`` (valid
+    outputs on failed episodes whose error turn is the true first unrecovered error)."""
+    from envs.base import error_turn
+    from trainer.context import make_writer
+
+    trajectories = writer_panel(ctx, size)
+    hindsights = make_writer(ctx, "self").write(trajectories)
+    valid = [h.valid for h in hindsights]
+    failed = [(t, h) for t, h in zip(trajectories, hindsights) if h.valid and not t.episode.success]
+    agree = sum(h.error_turn == error_turn(t.episode) for t, h in failed)
+    rate = sum(valid) / max(1, len(valid))
+    return {"writer/panel_valid_rate": rate, "writer/invalid_rate": 1.0 - rate,
+            "writer/panel_boundary_agreement": agree / max(1, len(failed))}

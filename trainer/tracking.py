@@ -238,6 +238,9 @@ class RunLogger:
         else:
             self.fail(exc)
 
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self._log_batch(tags=[RunTag(k, truncate(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()])
+
     # -- params and metrics
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log scalar params (values truncated to MLflow's 6000-char limit).  Params already

@@ -47,7 +47,7 @@ from functools import cache
 
 from envs.adapters import AdapterUnavailable, require_module
 from envs.adapters.alfworld_pddl import TASK_TYPES, affordance_conflicts, game_data
-from envs.base import StepResult, Task, TextEnv, parse_tagged
+from envs.base import StepResult, Task, TextEnv, parse_tagged, with_admissible
 
 INVALID_OBSERVATION = "Nothing happens."
 DATA_ENV_VAR = "ALFWORLD_DATA"
@@ -98,8 +98,11 @@ class ALFWorldEnv(TextEnv):
     default_max_turns = 50  # ALFWorld's evaluation budget
 
     def __init__(self, game_files: str | None = None, planner: bool = False,
-                 max_turns: int = 0, invalid_penalty: float = 0.1):
+                 max_turns: int = 0, invalid_penalty: float = 0.1, show_admissible: bool = True):
+        """``show_admissible``: every observation ends with the engine's admissible
+        commands, as in verl-agent's ALFWorld prompt."""
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
+        self.show_admissible = show_admissible
         textworld, pddl_env, demangler = _engine()
         self.root = None if game_files is None else _data_root(game_files)
         self.splits = tuple(FILE_SPLITS) if self.root else ("train", "eval_seen", "eval_unseen")
@@ -129,7 +132,7 @@ class ALFWorldEnv(TextEnv):
         self.task, self.turn, self.done = task, 0, False
         self.game_state = self.engine.reset()
         self._rng = random.Random(f"alfworld/expert/{task.id}")
-        observation = self.game_state.feedback
+        observation = self._observe(self.game_state.feedback)
         for i, action in enumerate(replay):
             if self.done:
                 raise ValueError(f"replay of {task.id!r} ends the episode at action {i - 1}; "
@@ -239,6 +242,11 @@ class ALFWorldEnv(TextEnv):
         return steps[kind]
 
     # -- internals ---------------------------------------------------------------------
+    def _observe(self, text: str) -> str:
+        if not self.show_admissible:
+            return text
+        return with_admissible(text, self.game_state.admissible_commands)
+
     def _require(self):
         if self.game_state is None:
             raise RuntimeError("alfworld: call reset(task) first")
@@ -258,6 +266,7 @@ class ALFWorldEnv(TextEnv):
         reward = (1.0 if success else 0.0) if valid else -self.invalid_penalty
         self.done = success or self.turn >= self.max_turns
         plan = self.optimal_plan()
+        observation = self._observe(observation)
         info = {"state_key": self.state_key(), "distance": None if plan is None else len(plan),
                 "plan": plan, "valid": valid, "action": action or "", "score": float(success)}
         return StepResult(observation, reward, self.done, success, info)
@@ -280,7 +289,7 @@ def _data_root(game_files: str) -> str:
 
 @cache
 def _generated_panel(split: str) -> tuple[Task, ...]:
-    from envs.household import HouseholdEnv
+    from envs.household.env import HouseholdEnv
 
     tasks = []
     for t in HouseholdEnv().panel(split):

@@ -27,8 +27,8 @@ import os
 from functools import cache
 
 from envs.base import Task
-from envs.household_data import LAMP, STATIONS
-from envs.household_world import World, build_world, rtype
+from envs.household.data import LAMP, STATIONS
+from envs.household.world import World, build_world, rtype
 
 # household family -> ALFWorld task type (alfworld.agents.environment.alfred_tw_env.TASK_TYPES)
 TASK_TYPES: dict[str, str] = {

@@ -1,7 +1,7 @@
 """``searchr1``: Search-R1 questions answered against a running Search-R1 retrieval server.
 
 Same protocol, observation format and exact-match reward as the built-in ``searchqa``
-(both use :class:`envs.searchqa_protocol.SearchProtocolEnv`); only the questions and the
+(both use :class:`envs.searchqa.protocol.SearchProtocolEnv`); only the questions and the
 retriever are external:
 
 * ``data`` (or env var ``SEARCHR1_DATA``): a JSONL or Parquet file in Search-R1's format
@@ -32,7 +32,7 @@ from pathlib import Path
 from envs.adapters import AdapterUnavailable, http_json, option_or_env, require_module
 from envs.base import Task
 from envs.retrieval import from_contents
-from envs.searchqa_protocol import Doc, SearchProtocolEnv, action_text
+from envs.searchqa.protocol import Doc, SearchProtocolEnv, action_text
 
 ADAPTER = "searchr1"
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from envs.shop_types import (
+from envs.shop.types import (
     BRANDS,
     DESCRIPTION_LINES,
     NAMED_SIZES,

@@ -1,12 +1,12 @@
 """``searchqa``: a Search-R1-like search-augmented QA environment over a generated
 encyclopedia of fictional entities (ETRO Sec. 4 "Search QA"; Search-R1, Jin et al. 2025).
 
-* Knowledge base and passages: :mod:`envs.searchqa_kb` (core corpus of ~7,600 passages by
+* Knowledge base and passages: :mod:`envs.searchqa.kb` (core corpus of ~7,600 passages by
   default; ``n_passages=20000`` gives the benchmark-sized corpus with distractors).
 * Question panels ``nq``, ``triviaqa``, ``popqa`` (single-hop), ``hotpotqa``, ``2wiki``,
   ``musique``, ``bamboogle`` (2-4 hops, compositional and comparison) and ``train``:
-  :mod:`envs.searchqa_questions`.
-* Protocol, exact match and rewards: :mod:`envs.searchqa_protocol`.  Retrieval: BM25
+  :mod:`envs.searchqa.questions`.
+* Protocol, exact match and rewards: :mod:`envs.searchqa.protocol`.  Retrieval: BM25
   (:class:`envs.retrieval.BM25Retriever`), top 3 passages.
 
 Privileged facts (``info``), for a question with supporting facts f_1..f_n (its hops, each
@@ -31,9 +31,9 @@ from collections.abc import Sequence
 
 from envs.base import Task
 from envs.retrieval import BM25Retriever
-from envs.searchqa_kb import CREATE_VERB, OCCUPATIONS, PUBLISH_VERB, RELATIONS, corpus
-from envs.searchqa_protocol import Doc, SearchProtocolEnv, action_text
-from envs.searchqa_questions import SPLITS, panels
+from envs.searchqa.kb import CREATE_VERB, OCCUPATIONS, PUBLISH_VERB, RELATIONS, corpus
+from envs.searchqa.protocol import Doc, SearchProtocolEnv, action_text
+from envs.searchqa.questions import SPLITS, panels
 
 QUERY = {  # the expert's query for fact (s, relation): names s and the relation's keyword
     "born_in": "{s} born", "birth_year": "{s} born", "occupation": "{s} profession",

@@ -18,7 +18,7 @@ and whitespace-normalised (WebShop lowercases clicks); an unparseable action, a 
 from the search page or a click on anything not clickable is an invalid step.
 
 ``buy now`` ends the episode with WebShop's score as the reward (see
-:mod:`envs.shop_catalog`); success means score 1.0.  Running out of turns scores 0.
+:mod:`envs.shop.catalog`); success means score 1.0.  Running out of turns scores 0.
 
 Distance (``info["distance"]``, the length of ``info["plan"]``): the fewest steps to a
 full-score purchase, where a purchase is full-score for any product in the goal's target
@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from envs.base import StepResult, Task, TextEnv
-from envs.shop_catalog import (
+from envs.shop.catalog import (
     PRODUCT_TYPES,
     RESULTS_PER_PAGE,
     TYPES_BY_KEY,

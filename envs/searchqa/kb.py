@@ -30,7 +30,7 @@ import functools
 import random
 from dataclasses import dataclass, field
 
-from envs.searchqa_protocol import normalize_answer
+from envs.searchqa.protocol import normalize_answer
 
 SYLLABLES = [
     "ka", "lo", "mi", "ren", "dor", "sa", "vel", "tor", "bri", "an", "el", "is", "mar", "quen",

@@ -3,7 +3,7 @@
 Pure data: room templates (which receptacle types a room has, how many, which open and
 close), the object catalog (where each object type may lie and which task families it can
 take part in), the six task families with their instruction templates, and the stations
-used by the clean / heat / cool families.  ``envs/household_world.py`` turns these tables
+used by the clean / heat / cool families.  ``envs/household/world.py`` turns these tables
 into layouts, task panels and episode worlds.
 """
 

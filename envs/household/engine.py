@@ -33,8 +33,8 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
-from envs.household_data import FLAG_WORDS, LAMP, LAMP_SURFACES, OBJECTS, PROCESS_VERBS
-from envs.household_world import World
+from envs.household.data import FLAG_WORDS, LAMP, LAMP_SURFACES, OBJECTS, PROCESS_VERBS
+from envs.household.world import World
 
 _STATION_VERB = {station: verb for verb, (station, _, _) in PROCESS_VERBS.items()}
 

@@ -2,15 +2,15 @@
 
 Procedurally generated rooms (kitchens, living rooms, bedrooms, bathrooms) hold numbered
 receptacles ("cabinet 3", some closed at the start) and numbered objects ("apple 1").  The
-six ALFWorld task families are covered (``envs.household_data.FAMILIES``) with ALFWorld's
+six ALFWorld task families are covered (``envs.household.data.FAMILIES``) with ALFWorld's
 command grammar and observation texts; the agent carries one object at a time.  Reward 1 on
 completion; an unparseable or inadmissible response is an invalid step (reward
 ``-invalid_penalty``, "Nothing happens.", state unchanged, episode continues).
 
 Splits: ``train`` (2400 tasks), ``eval_seen`` (140, train layouts and combinations),
 ``eval_unseen`` (134, held-out layouts and held-out object/receptacle combinations); see
-``envs/household_world.py``.  ``info`` carries ``state_key``, ``distance`` (exact optimal
-remaining steps, ``envs/household_engine.py``), ``plan``, ``valid``, ``action``, ``score``.
+``envs/household/world.py``.  ``info`` carries ``state_key``, ``distance`` (exact optimal
+remaining steps, ``envs/household/engine.py``), ``plan``, ``valid``, ``action``, ``score``.
 ``expert_action`` uses where objects hide; ``demo_action`` is the observation-consistent
 demonstrator for behaviour cloning (it searches before it knows).
 """
@@ -22,9 +22,18 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from envs.base import StepResult, Task, TextEnv, Turn, format_response, parse_tagged
-from envs.household_data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS
-from envs.household_engine import (
+from envs.base import (
+    StepResult,
+    Task,
+    TextEnv,
+    Turn,
+    format_response,
+    parse_tagged,
+    with_admissible,
+    without_admissible,
+)
+from envs.household.data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS, family_verb
+from envs.household.engine import (
     State,
     admissible,
     apply,
@@ -34,7 +43,7 @@ from envs.household_engine import (
     read_history,
     room_overview,
 )
-from envs.household_world import World, build_world, panel
+from envs.household.world import LEVELS, World, build_world, level_spec, panel
 
 INVALID_OBSERVATION = "Nothing happens."
 _PUT_RE = re.compile(r"(?:put|move) (.+?) (?:in/on|into|onto|in|on|to) (.+)")
@@ -68,9 +77,22 @@ class HouseholdEnv(TextEnv):
     name = "household"
     default_max_turns = 30
     splits = ("train", "eval_seen", "eval_unseen")
+    levels = tuple(LEVELS)
 
-    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.1):
+    def __init__(
+        self,
+        max_turns: int = 0,
+        invalid_penalty: float = 0.1,
+        level: str = "full",
+        show_admissible: bool = True,
+    ):
+        """``level``: ``full`` (paper scale) or ``small`` (CPU level, see
+        ``envs.household.world``); ``show_admissible``: every observation ends with the
+        admissible commands of the current state, as verl-agent's ALFWorld prompt does."""
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
+        level_spec(level)
+        self.level = level
+        self.show_admissible = show_admissible
         self.world: World | None = None
         self.state: State | None = None
         self.done = False
@@ -81,7 +103,7 @@ class HouseholdEnv(TextEnv):
     # -- tasks -------------------------------------------------------------------------
     def panel(self, split: str) -> list[Task]:
         self.check_split(split)
-        return list(panel(split))
+        return list(panel(split, self.level))
 
     # -- episode -----------------------------------------------------------------------
     def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
@@ -93,7 +115,7 @@ class HouseholdEnv(TextEnv):
         self.task, self.turn, self.done = task, 0, False
         self.state, self._current = State(self.world), None
         self._rng = random.Random(f"household/expert/{task.id}")
-        observation = room_overview(self.world)
+        observation = self._observe(room_overview(self.world))
         for i, action in enumerate(replay):
             if self.done:
                 raise ValueError(f"replay of {task.id!r} ends the episode at action {i - 1}; "
@@ -116,6 +138,7 @@ class HouseholdEnv(TextEnv):
             reward = 1.0 if success else 0.0
         self.done = success or self.turn >= self.max_turns
         facts = self._facts()
+        observation = self._observe(observation)
         info = {"state_key": facts.key, "distance": len(facts.plan), "plan": list(facts.plan),
                 "valid": op is not None, "action": action or "", "score": float(success)}
         return StepResult(observation, reward, self.done, success, info)
@@ -141,7 +164,7 @@ class HouseholdEnv(TextEnv):
         return self._facts().key
 
     def distance_to_goal(self) -> int:
-        """Exact optimal number of remaining commands (``envs.household_engine``)."""
+        """Exact optimal number of remaining commands (``envs.household.engine``)."""
         return len(self._facts().plan)
 
     def optimal_plan(self) -> list[str]:
@@ -162,7 +185,7 @@ class HouseholdEnv(TextEnv):
     def demo_action(
         self, history: Sequence[Turn], epsilon: float = 0.0, rng: random.Random | None = None
     ) -> str:
-        """The observation-consistent demonstrator (``envs.household_engine.demo_command``):
+        """The observation-consistent demonstrator (``envs.household.engine.demo_command``):
         it searches receptacles in a fixed order learnable from the task and the room
         listing (plausible places for the object, surfaces before containers, listing order;
         opening closed ones on arrival, never revisiting) until the goal object(s) and, for
@@ -172,12 +195,28 @@ class HouseholdEnv(TextEnv):
         to the expert's command only when every receptacle was searched in vain (a guard:
         objects are only moved by the agent, which names them, so it is never reached)."""
         self._require()
-        seen = read_history(self.world, ((t.action, t.valid, t.next_observation) for t in history))
+        seen = read_history(
+            self.world, ((t.action, t.valid, without_admissible(t.next_observation)) for t in history))
 
         def clean() -> str:
             return demo_command(self.world, self.state, seen) or self.expert_action()
 
         return self._noisy(clean, epsilon, rng or self._rng)
+
+    def demo_thought(self, task: Task) -> str:
+        """The goal in one canonical line, whatever the instruction's wording ("put a hot
+        egg in garbagecan." -> "Goal: heat the egg, then put it in/on the garbagecan."): the
+        demonstrator restates it before every command, so a small policy finds the object,
+        the process and the target a few tokens before the command that names them."""
+        spec = task.spec
+        obj, target, verb = spec["object"], spec["target"], family_verb(spec["family"])
+        if verb == "look":
+            return f"Goal: look at the {obj} under the desklamp."
+        if verb == "pick_two":
+            return f"Goal: put two {obj} in/on the {target}."
+        if verb in ("clean", "heat", "cool"):
+            return f"Goal: {verb} the {obj}, then put it in/on the {target}."
+        return f"Goal: put the {obj} in/on the {target}."
 
     def _noisy(self, choose, epsilon: float, rng: random.Random) -> str:
         """``choose()``; with probability ``epsilon`` (half and half) a random admissible
@@ -266,6 +305,10 @@ class HouseholdEnv(TextEnv):
         return steps + [put]
 
     # -- internals ---------------------------------------------------------------------
+    def _observe(self, text: str) -> str:
+        """The observation the policy sees: ``text``, then the admissible commands when on."""
+        return with_admissible(text, self._facts().actions) if self.show_admissible else text
+
     def _require(self) -> State:
         if self.state is None:
             raise RuntimeError("household: call reset(task) first")

@@ -1,7 +1,7 @@
 """Fixed question panels of ``searchqa`` over the core knowledge base.
 
 Each panel mimics one of Search-R1's seven evaluation sets (ETRO Table 1) with the same
-kind of reasoning, over fictional facts (see :mod:`envs.searchqa_kb`):
+kind of reasoning, over fictional facts (see :mod:`envs.searchqa.kb`):
 
 | split      | size | questions                                                          |
 |------------|------|--------------------------------------------------------------------|
@@ -27,7 +27,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from envs.searchqa_kb import (
+from envs.searchqa.kb import (
     ORG_DESCRIPTION,
     PUBLISH_VERB,
     RELATIONS,

@@ -14,6 +14,12 @@ is SHA-256 of fixed strings, so panels and worlds are identical across processes
   combinations, ``train`` and ``eval_seen`` never use either.
 * A *world* is one task's initial state: the layout plus placed objects, closed
   receptacles and the desk lamp.  It is generated from the task id when the task is reset.
+* A *level* sizes the rooms (MiniGrid / BabyAI style).  ``full`` is the paper-scale level
+  (ALFWorld-sized rooms with up to ~25 receptacles, most containers closed, all six
+  families).  ``small`` is the CPU level: rooms of at most ``SMALL_MAX_RECEPTACLES``
+  receptacles, one of each type, fewer closed containers and distractors, and the four
+  families ``SMALL_FAMILIES``; its layouts, panels and task ids (``household/<split>/sNNNN``)
+  are its own, so its panels are fixed too.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 from envs.base import Task
-from envs.household_data import (
+from envs.household.data import (
     FAMILIES,
     INSTRUCTIONS,
     LAMP_ROOMS,
@@ -43,15 +49,50 @@ SPLIT_SIZES: dict[str, int] = {"train": 2400, "eval_seen": 140, "eval_unseen": 1
 OPENABLE_TYPES: frozenset[str] = frozenset(
     rtype for room in ROOMS.values() for rtype, _, _, openable in room if openable
 )
-_CLOSED_PROB = 0.85
+SMALL_MAX_RECEPTACLES = 6
+SMALL_FAMILIES: tuple[str, ...] = (
+    "pick_and_place", "pick_clean_then_place", "pick_heat_then_place", "pick_cool_then_place",
+)
+# Receptacle types every small room keeps, so that each family has its station and a place
+# for the objects; the rest of a small room is drawn from the room template.
+SMALL_CORE: dict[str, tuple[str, ...]] = {
+    "kitchen": ("countertop", "sinkbasin", "microwave", "fridge"),
+    "bathroom": ("countertop", "sinkbasin"),
+    "bedroom": ("desk", "drawer"),
+    "livingroom": ("coffeetable", "sofa"),
+}
+
+
+@dataclass(frozen=True)
+class Level:
+    """How big a level's rooms are and which families its panels use."""
+
+    name: str
+    families: tuple[str, ...]
+    closed_prob: float  # chance that an openable receptacle starts closed
+    distractors: tuple[int, ...]  # distractor counts per receptacle, drawn uniformly
+    id_prefix: str  # task ids are household/<split>/<prefix><index>
+
+
+LEVELS: dict[str, Level] = {
+    "full": Level("full", FAMILIES, 0.85, (0, 0, 1, 1, 1, 2, 2, 3), ""),
+    "small": Level("small", SMALL_FAMILIES, 0.3, (0, 1, 1, 2), "s"),
+}
+
+
+def level_spec(level: str) -> Level:
+    if level not in LEVELS:
+        raise ValueError(f"unknown household level {level!r}; valid: {', '.join(LEVELS)}")
+    return LEVELS[level]
 
 
 @dataclass(frozen=True)
 class Layout:
-    name: str  # "kitchen-03"
+    name: str  # "kitchen-03" (full level), "kitchen-s03" (small level)
     room: str
     receptacles: tuple[str, ...]  # ("cabinet 1", "cabinet 2", ..., "toaster 1")
     heldout: bool
+    level: str = "full"
 
     @property
     def types(self) -> frozenset[str]:
@@ -101,10 +142,11 @@ def combo_heldout(obj_type: str, target_type: str) -> bool:
 
 @cache
 def layouts() -> dict[str, Layout]:
-    """All layouts by name, generated from fixed string seeds."""
+    """All layouts of every level by name, generated from fixed string seeds."""
     out: dict[str, Layout] = {}
     for room, template in ROOMS.items():
         for i in range(LAYOUTS_PER_ROOM):
+            heldout = i >= LAYOUTS_PER_ROOM - HELDOUT_LAYOUTS
             rng = random.Random(f"household/layout/{room}/{i}")
             names = [
                 f"{rtype_} {n}"
@@ -112,8 +154,19 @@ def layouts() -> dict[str, Layout]:
                 for n in range(1, rng.randint(lo, hi) + 1)
             ]
             name = f"{room}-{i:02d}"
-            out[name] = Layout(name, room, tuple(names), i >= LAYOUTS_PER_ROOM - HELDOUT_LAYOUTS)
+            out[name] = Layout(name, room, tuple(names), heldout)
+            small = _small_receptacles(room, random.Random(f"household/small/layout/{room}/{i}"))
+            out[f"{room}-s{i:02d}"] = Layout(f"{room}-s{i:02d}", room, small, heldout, "small")
     return out
+
+
+def _small_receptacles(room: str, rng: random.Random) -> tuple[str, ...]:
+    """A small room: the room's core types plus others from its template, one of each,
+    at most ``SMALL_MAX_RECEPTACLES``, in the template's listing order."""
+    types = [t for t, _, _, _ in ROOMS[room]]
+    core = SMALL_CORE[room]
+    extra = rng.sample([t for t in types if t not in core], SMALL_MAX_RECEPTACLES - len(core))
+    return tuple(f"{t} 1" for t in types if t in core or t in extra)
 
 
 @cache
@@ -148,11 +201,14 @@ def feasible_combos(layout_name: str, family: str) -> tuple[tuple[str, str], ...
 
 
 @cache
-def split_options(heldout: bool, family: str) -> dict[str, tuple[tuple[str, str], ...]]:
-    """Layout name -> its feasible combinations for ``family``, restricted to held-out
-    layouts and combinations (``heldout``) or to the others; layouts without any are left out."""
+def split_options(heldout: bool, family: str, level: str = "full") -> dict[str, tuple[tuple[str, str], ...]]:
+    """Layout name -> its feasible combinations for ``family`` among the ``level``'s
+    layouts, restricted to held-out layouts and combinations (``heldout``) or to the
+    others; layouts without any are left out."""
     options = {}
     for lay in layouts().values():
+        if lay.level != level:
+            continue
         combos = tuple(c for c in feasible_combos(lay.name, family) if combo_heldout(*c) == heldout)
         if lay.heldout == heldout and combos:
             options[lay.name] = combos
@@ -160,18 +216,20 @@ def split_options(heldout: bool, family: str) -> dict[str, tuple[tuple[str, str]
 
 
 @cache
-def panel(split: str) -> tuple[Task, ...]:
-    """The fixed task list of ``split``; families cycle in ``FAMILIES`` order."""
+def panel(split: str, level: str = "full") -> tuple[Task, ...]:
+    """The fixed task list of ``split`` at ``level``; families cycle in the level's order."""
+    spec_ = level_spec(level)
     heldout = split == "eval_unseen"
-    rng = random.Random(f"household/panel/{split}")
+    seed = f"household/panel/{split}" if level == "full" else f"household/{level}/panel/{split}"
+    rng = random.Random(seed)
     tasks = []
     for i in range(SPLIT_SIZES[split]):
-        family = FAMILIES[i % len(FAMILIES)]
-        options = split_options(heldout, family)
+        family = spec_.families[i % len(spec_.families)]
+        options = split_options(heldout, family, level)
         layout = rng.choice(sorted(options))
         obj, target = rng.choice(options[layout])
         instruction = rng.choice(INSTRUCTIONS[family]).format(o=obj, r=target)
-        task_id = f"household/{split}/{i:04d}"
+        task_id = f"household/{split}/{spec_.id_prefix}{i:04d}"
         spec = {"family": family, "object": obj, "target": target, "layout": layout}
         tasks.append(Task(task_id, "household", split, instruction, spec))
     return tuple(tasks)
@@ -219,13 +277,14 @@ def _generate(task_id: str, family: str, obj: str, target: str, layout_name: str
     """Place goal objects, distractors, closed receptacles and the lamp in the layout."""
     rng = random.Random(f"household/world/{task_id}")
     layout = layouts()[layout_name]
+    level = LEVELS[layout.level]
     recs = layout.receptacles
     homes = [r for r in recs if rtype(r) in OBJECTS[obj][0] and rtype(r) != target]
     count = rng.randint(2, 3) if family == "pick_two_obj_and_place" else rng.randint(1, 3)
     placed = [(obj, rng.choice(homes)) for _ in range(count)]
     for r in recs:
         kinds = _distractor_kinds(layout.room, rtype(r), obj)
-        for _ in range(rng.choice((0, 0, 1, 1, 1, 2, 2, 3)) if kinds else 0):
+        for _ in range(rng.choice(level.distractors) if kinds else 0):
             placed.append((rng.choice(kinds), r))
     rng.shuffle(placed)
     numbers: dict[str, int] = {}
@@ -233,7 +292,7 @@ def _generate(task_id: str, family: str, obj: str, target: str, layout_name: str
     for kind, r in placed:
         numbers[kind] = numbers.get(kind, 0) + 1
         placement[r].append(f"{kind} {numbers[kind]}")
-    closed = [r for r in recs if rtype(r) in OPENABLE_TYPES and rng.random() < _CLOSED_PROB]
+    closed = [r for r in recs if rtype(r) in OPENABLE_TYPES and rng.random() < level.closed_prob]
     surfaces = [r for r in recs if rtype(r) in LAMP_SURFACES]
     lamp_at = rng.choice(surfaces) if layout.room in LAMP_ROOMS and surfaces else None
     return {"placement": placement, "closed": closed, "lamp_at": lamp_at}
