@@ -83,9 +83,15 @@ def gate_sensitivity(runs: pd.DataFrame, metric: str, *, param: str = "algo.beta
     skip = _need(runs, [*by, param, metric], name)
     if skip:
         return skip
+    if runs[metric].isna().all():
+        return Skipped(name, f"no run has a value of {metric!r}")
+    values = runs[param].dropna().nunique()
+    if values < 2:
+        return Skipped(name, f"{param} takes {values} value(s); need 2 or more")
     data = runs.dropna(subset=[param, metric])
     if data[param].nunique() < 2:
-        return Skipped(name, f"{param} takes {data[param].nunique()} value(s); need 2 or more")
+        return Skipped(name, f"{param} takes {values} values but only "
+                             f"{data[param].nunique()} with a value of {metric!r}")
     rows = []
     for keys, group in data.groupby([*by, param], sort=True):
         values = group[metric].to_numpy(float)
@@ -398,7 +404,8 @@ def compute_cost(runs: pd.DataFrame, *, baseline: str = "grpo",
 
     Uses the loader's ``time/<phase>_s/sum`` columns (seconds a run spent in the phase).
     One row per (by..., method, phase) with phase in PHASES plus ``total`` (sum of phases):
-    n runs, mean_s and std_s over runs, share of the method's total, and overhead =
+    n runs (one per seed), mean_s and std_s over runs, the 95% t interval ci_low / ci_high,
+    share of the method's total, and overhead =
     mean_s / the baseline method's mean_s for the same phase and strata (NaN when the
     baseline is absent or spent 0 s there). A missing phase column counts as 0 s.
     """
@@ -415,6 +422,9 @@ def compute_cost(runs: pd.DataFrame, *, baseline: str = "grpo",
     long = times.melt(id_vars=[*by, "method"], var_name="phase", value_name="seconds")
     out = long.groupby([*by, "method", "phase"], sort=False)["seconds"].agg(
         n="size", mean_s="mean", std_s="std").reset_index()
+    half = sps.t.ppf(0.975, np.maximum(out["n"] - 1, 1)) * out["std_s"] / np.sqrt(out["n"])
+    out["ci_low"] = np.where(out["n"] > 1, out["mean_s"] - half, np.nan)
+    out["ci_high"] = np.where(out["n"] > 1, out["mean_s"] + half, np.nan)
     total = out[out["phase"] == "total"].set_index([*by, "method"])["mean_s"]
     out["share"] = out["mean_s"] / total.reindex(
         pd.MultiIndex.from_frame(out[[*by, "method"]])).to_numpy()

@@ -3,10 +3,13 @@
 Three frames, all keyed by ``run_id`` (the MLflow run id):
 
 * :func:`load_runs` -- one row per training run (tag ``hindsight.kind`` = ``"trial"``) of a
-  study: identity tags, every param as a column named by its dotted key (``algo.beta_opd``),
+  study, whatever its status: run id, status, experiment id, identity tags, every param
+  as a column named by its dotted key (``algo.beta_opd``),
   the latest value of every ``eval/...`` and ``perf/...`` metric, and for every
   ``time/<phase>_s`` metric its sum over steps (``time/<phase>_s/sum``, the wall time the run
-  spent in that phase) and its per-step mean (``time/<phase>_s/mean``).
+  spent in that phase) and its per-step mean (``time/<phase>_s/mean``); likewise
+  ``writer/<name>/mean`` (e.g. ``writer/invalid_rate/mean``, the writer's invalid-output
+  rate over training).
 * :func:`load_histories` -- long frame ``run_id, key, step, value`` for curves.
 * :func:`load_records` -- the per-turn Parquet records (``records/step_<NNNNNN>.parquet``
   artifacts) concatenated with a ``run_id`` column.
@@ -40,9 +43,11 @@ TRIAL_KIND = "trial"
 KIND_TAG = "hindsight.kind"
 # Identity tags copied to columns, in this order (``seed`` becomes an int).
 TAG_COLUMNS = ("study", "cell_id", "method", "env", "backbone", "seed")
-RUN_COLUMNS = ("run_id", "status", *TAG_COLUMNS)
+RUN_COLUMNS = ("run_id", "status", "experiment_id", *TAG_COLUMNS)
 LATEST_PREFIXES = ("eval/", "perf/")
 TIME_PREFIX = "time/"
+# Per-step metrics also aggregated over steps (``<key>/sum``, ``<key>/mean``).
+AGGREGATED_PREFIXES = (TIME_PREFIX, "writer/")
 HISTORY_COLUMNS = ("run_id", "key", "step", "value")
 _PAGE = 1000
 _SQL_CHUNK = 500
@@ -123,6 +128,7 @@ class _Run(NamedTuple):
     tags: dict[str, str]
     params: dict[str, str]
     metrics: dict[str, float]  # latest value per key
+    experiment_id: str = ""
 
 
 def _fetch_trials(tracking_uri: str, study: str | None) -> list[_Run]:
@@ -143,14 +149,14 @@ def _trials_client(client: MlflowClient, study: str | None) -> list[_Run]:
     while True:
         page = client.search_runs(experiment_ids, query, max_results=_PAGE, page_token=token)
         runs += [_Run(r.info.run_id, r.info.status, r.data.tags, r.data.params,
-                      r.data.metrics) for r in page]
+                      r.data.metrics, str(r.info.experiment_id)) for r in page]
         token = page.token
         if not token:
             return runs
 
 
 _TRIALS_SQL = f"""
-SELECT r.run_uuid, r.status FROM runs r
+SELECT r.run_uuid, r.status, r.experiment_id FROM runs r
 JOIN experiments e ON e.experiment_id = r.experiment_id AND e.lifecycle_stage = 'active'
 JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = '{KIND_TAG}' AND k.value = '{TRIAL_KIND}'
 WHERE r.lifecycle_stage = 'active'
@@ -163,7 +169,9 @@ def _trials_sql(db: str, study: str | None) -> list[_Run]:
     """Fast path for sqlite stores: four queries per chunk of runs, read-only."""
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         sql, args = (_TRIALS_SQL, []) if study is None else (_TRIALS_SQL + _STUDY_SQL, [study])
-        status = dict(conn.execute(sql, args).fetchall())
+        status, experiment = {}, {}
+        for run_id, state, exp in conn.execute(sql, args).fetchall():
+            status[run_id], experiment[run_id] = state, str(exp)
         ids = sorted(status)
         tags, params, metrics = ({r: {} for r in ids} for _ in range(3))
         for start in range(0, len(ids), _SQL_CHUNK):
@@ -178,12 +186,12 @@ def _trials_sql(db: str, study: str | None) -> list[_Run]:
                                 f"WHERE run_uuid IN ({marks})", chunk)
             for run_id, key, value, is_nan in rows:
                 metrics[run_id][key] = float("nan") if is_nan else float(value)
-    return [_Run(r, status[r], tags[r], params[r], metrics[r]) for r in ids]
+    return [_Run(r, status[r], tags[r], params[r], metrics[r], experiment[r]) for r in ids]
 
 
 def _run_row(run: _Run) -> dict:
     """Tags, params and the latest eval/perf metrics of one run as a flat row."""
-    row = {"run_id": run.run_id, "status": run.status}
+    row = {"run_id": run.run_id, "status": run.status, "experiment_id": run.experiment_id}
     row.update({name: run.tags.get(name) for name in TAG_COLUMNS})
     row.update({k: v for k, v in run.params.items() if k not in row})
     row.update({k: v for k, v in run.metrics.items() if k.startswith(LATEST_PREFIXES)})
@@ -210,8 +218,9 @@ def _coerce_params(frame: pd.DataFrame, exclude: set[str]) -> pd.DataFrame:
 
 
 def _time_aggregates(tracking_uri: str, runs: list[_Run]) -> pd.DataFrame:
-    """Per run, ``time/<phase>_s/sum`` and ``time/<phase>_s/mean`` over all logged steps."""
-    keys = sorted({k for r in runs for k in r.metrics if k.startswith(TIME_PREFIX)})
+    """Per run, ``<key>/sum`` and ``<key>/mean`` over all logged steps of every
+    ``time/...`` (``time/<phase>_s``) and ``writer/...`` metric."""
+    keys = sorted({k for r in runs for k in r.metrics if k.startswith(AGGREGATED_PREFIXES)})
     if not keys:
         return pd.DataFrame()
     hist = load_histories(tracking_uri, [r.run_id for r in runs], keys)

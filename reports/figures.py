@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -28,6 +29,7 @@ from reports.layouts import METHOD_LABELS, PARAM_SYMBOLS
 
 CURVE_KEYS = ("train/success", "train/episode_length", "train/entropy")
 HISTORY_COLUMNS = ("run_id", "method", "key", "step", "value")
+POLARITY_LABELS = {"delta_pos": "Δ+ (positive skill)", "delta_neg": "Δ− (negative skill)"}
 _PANEL = (4.2, 3.2)  # inches per panel
 
 
@@ -42,9 +44,11 @@ def _save(fig: Figure, stem: str | Path) -> list[Path]:
 
 
 def _panels(n: int, ncols: int = 3) -> tuple[Figure, np.ndarray]:
-    ncols = min(ncols, n)
+    ncols = max(1, min(ncols, n))
     nrows = -(-n // ncols)
-    fig = Figure(figsize=(_PANEL[0] * ncols, _PANEL[1] * nrows), layout="constrained")
+    # Extra width on the right holds the legend outside the data (and a one-panel title).
+    fig = Figure(figsize=(_PANEL[0] * ncols + 2.2, _PANEL[1] * nrows + 0.4),
+                 layout="constrained")
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False).ravel())
     for ax in axes[n:]:
         ax.set_visible(False)
@@ -69,7 +73,44 @@ def _yerr(err: np.ndarray) -> np.ndarray:
 
 
 def _label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
+    """Display name of a method or of a variant ("seed (β=1)" -> "SEED (β=1)")."""
+    from reports.layouts import variant_label
+
+    base = str(method).split(" (")[0].split(" [")[0]
+    return variant_label(base, str(method)) if base != method else METHOD_LABELS.get(method, method)
+
+
+# ---------------------------------------------------------------- styles
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+
+
+def styles(labels: Sequence[str]) -> dict[str, dict]:
+    """A colour and marker per label, distinct for up to 20 labels (tab20 colours, each
+    with its own marker), in the given (table) order, so a method looks the same in every
+    figure that lists the same labels."""
+    colors = matplotlib.colormaps["tab20"].colors
+    ordered = list(dict.fromkeys(labels))
+    return {label: {"color": colors[(2 * i) % 20 + (2 * i) // 20 % 2],
+                    "marker": _MARKERS[i % len(_MARKERS)]}
+            for i, label in enumerate(ordered)}
+
+
+def method_rank(method: str) -> int:
+    """Table order: methods in the order the paper layouts list them, others after."""
+    from reports.layouts import LAYOUTS
+
+    order = list(dict.fromkeys(m for layout in LAYOUTS.values() for m in layout.methods))
+    return order.index(method) if method in order else len(order)
+
+
+def _legend_outside(fig: Figure, axes) -> None:
+    handles, labels = {}, {}
+    for ax in np.ravel(axes):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=7)
 
 
 # ---------------------------------------------------------------- training curves
@@ -88,39 +129,128 @@ def curve_bands(histories: pd.DataFrame, *, n_boot: int = 1000, seed: int = 0) -
     return pd.DataFrame(rows, columns=["method", "key", "step", "n", "mean", "low", "high"])
 
 
+CURVE_LABELS = {"train/success": "training success rate", "train/score": "training score",
+                "train/episode_length": "episode length (turns)",
+                "train/entropy": "policy entropy (nats / token)"}
+AXIS_LABELS = {"step": "training step", "env_steps": "environment steps",
+               "tokens": "generated tokens"}
+
+
+def _curve_frame(histories: pd.DataFrame) -> pd.DataFrame:
+    """histories with the panel and line columns a curve figure needs (defaults when the
+    report did not join them): backbone, env_label, label (display row name), seed."""
+    data = histories.copy()
+    if "env_label" not in data.columns:
+        data["env_label"] = data["env"] if "env" in data.columns else "all envs"
+    if "backbone" not in data.columns:
+        data["backbone"] = ""
+    if "seed" not in data.columns:
+        data["seed"] = data["run_id"]
+    if "label" not in data.columns:
+        from reports.layouts import variant_label
+
+        variant = data["variant"] if "variant" in data.columns else data["method"]
+        data["label"] = [variant_label(m, v) for m, v in zip(data["method"], variant)]
+    data["rank"] = [(method_rank(m), lab) for m, lab in zip(data["method"], data["label"])]
+    return data
+
+
+def _ordered_labels(data: pd.DataFrame) -> list[str]:
+    return [lab for _, lab in sorted(set(data["rank"]))]
+
+
+def _draw_bands(ax, band: pd.DataFrame, x: str, style: dict, label: str) -> None:
+    band = band.dropna(subset=[x, "mean"]).sort_values(x)
+    ax.plot(band[x], band["mean"], label=label, color=style["color"], marker=style["marker"],
+            markersize=3, linewidth=1.2)
+    ax.fill_between(band[x], band["low"], band["high"], alpha=0.15, color=style["color"],
+                    linewidth=0)
+
+
 def training_curves(histories: pd.DataFrame | None, stem: str | Path, *,
                     keys: Sequence[str] = CURVE_KEYS, n_boot: int = 1000,
                     seed: int = 0) -> list[Path] | Skipped:
-    """One panel per (env, key) with data, one line per method with its band.
+    """One panel per (backbone, env, key) with data, one line per row of the tables (a
+    cell: method and its swept params) with its band: mean over seeds, 95% t interval.
 
-    ``histories``: long frame ``run_id, method, key, step, value`` (the loader's histories
-    joined with each run's method), optionally ``env`` (one row of panels per env; without
-    it all runs of a method are pooled). The runs of a method are its seeds.
+    ``histories``: long frame ``run_id, method, key, step, value``, optionally ``env`` /
+    ``env_label``, ``backbone``, ``variant`` and ``seed`` (a report joins them from the
+    prepared runs; without ``seed`` each run counts as one seed).
     """
+    from analysis.curves import bands
+
     name = "training_curves"
     skip = _missing(histories, HISTORY_COLUMNS, name)
     if skip:
         return skip
-    data = histories[histories["key"].isin(keys)]
-    if "env" not in data.columns:
-        data = data.assign(env="all envs")
-    panels = [(env, k) for env in sorted(data["env"].unique()) for k in keys
-              if ((data["env"] == env) & (data["key"] == k)).any()]
+    data = _curve_frame(histories[histories["key"].isin(keys)])
+    panels = [(b, e, k) for (b, e) in sorted(set(zip(data["backbone"], data["env_label"])))
+              for k in keys if ((data["backbone"] == b) & (data["env_label"] == e)
+                                & (data["key"] == k)).any()]
     if not panels:
         return Skipped(name, f"histories have none of the keys {list(keys)}")
-    fig, axes = _panels(len(panels), ncols=len({k for _, k in panels}))
-    for ax, (env, key) in zip(axes, panels):
-        part = data[(data["env"] == env) & (data["key"] == key)]
-        for method, band in curve_bands(part, n_boot=n_boot, seed=seed).groupby("method"):
-            line, = ax.plot(band["step"], band["mean"], label=_label(method))
-            ax.fill_between(band["step"], band["low"], band["high"], alpha=0.2,
-                            color=line.get_color(), linewidth=0)
-        n = part.groupby("method")["run_id"].nunique()
+    labels = _ordered_labels(data)
+    style = styles(labels)
+    fig, axes = _panels(len(panels), ncols=len({k for _, _, k in panels}))
+    for ax, (backbone, env, key) in zip(axes, panels):
+        part = data[(data["backbone"] == backbone) & (data["env_label"] == env)
+                    & (data["key"] == key)]
+        band = bands(part, ["label"])
+        for label in labels:
+            if (band["label"] == label).any():
+                _draw_bands(ax, band[band["label"] == label], "step", style[label], label)
+        n = part.groupby("label")["seed"].nunique()
         seeds = f"{n.min()}" if n.min() == n.max() else f"{n.min()}–{n.max()}"
-        ax.set_title(f"{env}: {key} (n = {seeds} seeds)", fontsize=9)
-        ax.set_xlabel("step")
-    axes[0].legend(fontsize=7)
-    fig.suptitle("Training curves: mean over seeds, 95% bootstrap band", fontsize=10)
+        ax.set_title(f"{_where(backbone, env)} (n = {seeds} seeds)", fontsize=8)
+        ax.set_xlabel(AXIS_LABELS["step"])
+        ax.set_ylabel(CURVE_LABELS.get(key, key))
+    _legend_outside(fig, axes)
+    fig.suptitle("Training curves: mean over seeds, 95% t interval", fontsize=10)
+    return _save(fig, stem)
+
+
+def _where(backbone: str, env: str) -> str:
+    short = str(backbone).rpartition("/")[2]
+    return f"{env} · {short}" if short else str(env)
+
+
+def evaluation_curves(curves: pd.DataFrame | Skipped | None, stem: str | Path, *,
+                      axes_order: Sequence[str] = ("step", "env_steps", "tokens"),
+                      ylabel: str = "evaluation success rate") -> list[Path] | Skipped:
+    """Evaluation success against training step, environment steps and generated tokens
+    (the axes with data), one row of panels per (backbone, env), one line per table row.
+
+    ``curves``: :func:`analysis.curves.metric_curves` output with ``by`` = backbone,
+    env_label, method, label (columns step, n, mean, low, high, env_steps, tokens).
+    """
+    name = "evaluation_curves"
+    skip = _missing(curves, ["backbone", "env_label", "method", "label", "step", "mean", "low",
+                             "high"], name)
+    if skip:
+        return skip
+    axes_used = [a for a in axes_order if a in curves.columns and curves[a].notna().any()]
+    strata = sorted(set(zip(curves["backbone"], curves["env_label"])))
+    data = curves.assign(rank=[(method_rank(m), lab) for m, lab in
+                               zip(curves["method"], curves["label"])])
+    labels = _ordered_labels(data)
+    style = styles(labels)
+    fig, axes = _panels(len(strata) * len(axes_used), ncols=len(axes_used))
+    for i, (backbone, env) in enumerate(strata):
+        part = data[(data["backbone"] == backbone) & (data["env_label"] == env)]
+        n = part.groupby("label")["n"].max()
+        for j, axis in enumerate(axes_used):
+            ax = axes[i * len(axes_used) + j]
+            for label in labels:
+                if (part["label"] == label).any():
+                    _draw_bands(ax, part[part["label"] == label], axis, style[label], label)
+            ax.set_xlabel(AXIS_LABELS.get(axis, axis))
+            ax.set_ylabel(ylabel)
+            seeds = f"{n.min()}" if n.min() == n.max() else f"{n.min()}–{n.max()}"
+            ax.set_title(f"{_where(backbone, env)} (n = {seeds} seeds)", fontsize=8)
+            if axis != "step":
+                ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
+    _legend_outside(fig, axes)
+    fig.suptitle("Evaluation on the fixed panels: mean over seeds, 95% t interval", fontsize=10)
     return _save(fig, stem)
 
 
@@ -205,7 +335,7 @@ def regional_alignment(alignment: pd.DataFrame | Skipped, stem: str | Path) -> l
             x = np.arange(len(REGIONS)) + (i - 0.5) * width
             err = np.vstack([rows["rho"] - rows["ci_low"], rows["ci_high"] - rows["rho"]])
             ax.bar(x, rows["rho"].fillna(0.0), width, yerr=_yerr(err), capsize=3,
-                   label=polarity)
+                   label=POLARITY_LABELS.get(polarity, polarity))
             counts.append(rows["n_turns"].fillna(0).astype(int).to_numpy())
         ax.axhline(0.0, color="black", linewidth=0.6)
         ticks = [f"{r}\nn = {' / '.join(str(c[j]) for c in counts)}" for j, r in enumerate(REGIONS)]
@@ -239,20 +369,157 @@ def compute_cost(cost: pd.DataFrame | Skipped, stem: str | Path) -> list[Path] |
     phase_colors = {p: cycle[i % len(cycle)] for i, p in enumerate(phases)}
     for ax, ((env, backbone), part) in zip(axes, strata):
         table = part.pivot_table(index="method", columns="phase", values="mean_s", aggfunc="first")
+        order = sorted(table.index, key=lambda m: (method_rank(str(m).split(" (")[0]), str(m)),
+                       reverse=True)  # barh draws bottom-up: first method on top
+        table = table.loc[order]
         left = np.zeros(len(table))
         for phase in phases:
             seconds = table[phase].fillna(0.0).to_numpy() if phase in table else 0.0 * left
             ax.barh([_label(m) for m in table.index], seconds, left=left,
                     color=phase_colors[phase], label=phase if ax is axes[0] else None)
             left += seconds
-        total = part[part["phase"] == "total"].set_index("method")["overhead"]
+        totals = part[part["phase"] == "total"].set_index("method")
         for y, (method, end) in enumerate(zip(table.index, left)):
-            ratio = total.get(method, np.nan)
+            ratio = totals["overhead"].get(method, np.nan)
+            if "ci_low" in totals.columns and np.isfinite(totals["ci_low"].get(method, np.nan)):
+                err = _yerr([[end - totals.at[method, "ci_low"]],
+                             [totals.at[method, "ci_high"] - end]])
+                ax.errorbar([end], [y], xerr=err, color="black", capsize=3, linewidth=0.8)
             if np.isfinite(ratio):
-                ax.annotate(f"×{ratio:.2f}", (end, y), xytext=(3, 0),
+                ax.annotate(f"×{ratio:.2f}", (end, y), xytext=(6, 5),
                             textcoords="offset points", va="center", fontsize=7)
+        n = part["n"].min()
         ax.set_xlabel("wall time per run (s)")
-        ax.set_title(f"{env} / {backbone}", fontsize=9)
-    fig.legend(loc="outside lower center", ncols=len(phases), fontsize=7)
-    fig.suptitle("Compute cost by phase (×: total time relative to the baseline)", fontsize=10)
+        ax.set_title(f"{env} · {str(backbone).rpartition('/')[2]} (n = {n} seeds)", fontsize=9)
+    fig.legend(loc="outside right upper", fontsize=7)
+    fig.suptitle("Compute cost by phase (bars: 95% t interval of the total over seeds; "
+                 "×: total relative to the baseline)", fontsize=9)
+    return _save(fig, stem)
+
+
+# ---------------------------------------------------------------- sensitivity
+
+
+def sensitivity(s, stem: str | Path, *, metric_label: str = "final success rate",
+                param_labels: dict | None = None) -> list[Path] | Skipped:
+    """A method's sensitivity study (:class:`analysis.sensitivity.Sensitivity`) as its
+    kind asks: ``curve`` (metric vs the one param, 95% t interval bars), ``heatmap`` (cell
+    means over a two-param grid, each annotated with mean and interval half-width) or
+    ``search`` (a slice per param with interval bars, and a contour of the means per pair
+    of params with the cells as points). One row of panels per (backbone, env)."""
+    from analysis.sensitivity import log_scale
+
+    cells = s.cells
+    if cells.empty:
+        return Skipped(f"sensitivity[{s.method}]", "no cell has a value")
+    names = {**PARAM_SYMBOLS, **(param_labels or {})}
+    strata = sorted(set(zip(cells["backbone"], cells["env_label"])))
+    pairs = [(a, b) for i, a in enumerate(s.params) for b in s.params[i + 1:]]
+    per_row = {"curve": 1, "heatmap": 1, "search": len(s.params) + len(pairs)}[s.kind]
+    fig, axes = _panels(len(strata) * per_row, ncols=per_row)
+    for i, (backbone, env) in enumerate(strata):
+        part = cells[(cells["backbone"] == backbone) & (cells["env_label"] == env)]
+        row = axes[i * per_row:(i + 1) * per_row]
+        where = f"{_where(backbone, env)} (n = {part['n'].min()}–{part['n'].max()} seeds)" \
+            if part["n"].min() != part["n"].max() else \
+            f"{_where(backbone, env)} (n = {part['n'].min()} seeds)"
+        if s.kind == "heatmap":
+            _heatmap(row[0], part, *s.params, names, metric_label)
+        else:
+            for ax, p in zip(row, s.params):
+                _slice(ax, part, p, names, metric_label, log_scale(part[p]))
+            for ax, (a, b) in zip(row[len(s.params):], pairs):
+                _contour(ax, part, a, b, names, metric_label)
+        for ax in row:
+            ax.set_title(where, fontsize=8)
+    kind = {"curve": "mean over seeds, 95% t interval", "heatmap": "mean over seeds (± half "
+            "width of the 95% t interval)", "search": "cells of the search: mean over seeds, "
+            "95% t interval; contour of the means"}[s.kind]
+    fig.suptitle(f"{_label(s.method)}: {metric_label} vs "
+                 f"{', '.join(names.get(p, p) for p in s.params)} ({kind})", fontsize=9)
+    return _save(fig, stem)
+
+
+def _slice(ax, part, param, names, metric_label, log) -> None:
+    part = part.sort_values(param)
+    err = np.vstack([part["mean"] - part["ci_low"], part["ci_high"] - part["mean"]])
+    ax.errorbar(part[param], part["mean"], yerr=_yerr(err), marker="o", capsize=3,
+                linestyle="-" if part[param].is_unique else "none", color="tab:blue")
+    if log:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel(names.get(param, param))
+    ax.set_ylabel(metric_label)
+
+
+def _heatmap(ax, part, a, b, names, metric_label) -> None:
+    from reports.layouts import format_value
+
+    grid = part.pivot_table(index=b, columns=a, values="mean", aggfunc="first")
+    half = part.assign(h=(part["ci_high"] - part["ci_low"]) / 2).pivot_table(
+        index=b, columns=a, values="h", aggfunc="first")
+    image = ax.imshow(grid.to_numpy(float), origin="lower", aspect="auto", cmap="viridis")
+    ax.set_xticks(range(grid.shape[1]), [format_value(v) for v in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [format_value(v) for v in grid.index])
+    for (y, x), value in np.ndenumerate(grid.to_numpy(float)):
+        if np.isfinite(value):
+            h = half.to_numpy(float)[y, x]
+            text = f"{value:.2f}" + (f"\n±{h:.2f}" if np.isfinite(h) else "")
+            ax.text(x, y, text, ha="center", va="center", fontsize=7, color="white")
+    ax.set_xlabel(names.get(a, a))
+    ax.set_ylabel(names.get(b, b))
+    ax.figure.colorbar(image, ax=ax, label=metric_label)
+
+
+def _contour(ax, part, a, b, names, metric_label) -> None:
+    from analysis.sensitivity import log_scale
+
+    x, y, z = (part[c].to_numpy(float) for c in (a, b, "mean"))
+    lx, ly = log_scale(x), log_scale(y)
+    tx, ty = (np.log10(x) if lx else x), (np.log10(y) if ly else y)
+    drawn = None
+    if len(part) >= 3 and np.linalg.matrix_rank(np.c_[tx - tx.mean(), ty - ty.mean()]) == 2:
+        drawn = ax.tricontourf(tx, ty, z, levels=8, cmap="viridis", alpha=0.8)
+    points = ax.scatter(tx, ty, c=z, cmap="viridis", edgecolors="black", zorder=3)
+    ax.figure.colorbar(drawn or points, ax=ax, label=metric_label)
+    ax.set_xlabel(("log10 " if lx else "") + names.get(a, a))
+    ax.set_ylabel(("log10 " if ly else "") + names.get(b, b))
+
+
+# ---------------------------------------------------------------- performance profiles
+
+
+def performance_profiles(profiles: pd.DataFrame | Skipped | None,
+                         stem: str | Path) -> list[Path] | Skipped:
+    """rliable performance profiles: fraction of (seed, task) scores above tau, one panel
+    per backbone, one line per table row with its 95% stratified bootstrap band.
+
+    ``profiles``: backbone, method, variant, tau, fraction, low, high
+    (:func:`reports.diagnostic_tables.aggregate_frames`)."""
+    name = "performance_profiles"
+    skip = _missing(profiles, ["backbone", "method", "variant", "tau", "fraction", "low",
+                               "high"], name)
+    if skip:
+        return skip
+    from reports.layouts import variant_label
+
+    data = profiles.assign(label=[variant_label(m, v) for m, v in
+                                  zip(profiles["method"], profiles["variant"])],
+                           step=profiles["tau"], mean=profiles["fraction"])
+    data["rank"] = [(method_rank(m), lab) for m, lab in zip(data["method"], data["label"])]
+    labels = _ordered_labels(data)
+    style = styles(labels)
+    backbones = sorted(data["backbone"].unique())
+    fig, axes = _panels(len(backbones), ncols=2)
+    for ax, backbone in zip(axes, backbones):
+        part = data[data["backbone"] == backbone]
+        for label in labels:
+            if (part["label"] == label).any():
+                _draw_bands(ax, part[part["label"] == label], "tau", style[label], label)
+        ax.set_xlabel("score threshold τ")
+        ax.set_ylabel("fraction of runs with score > τ")
+        ax.set_title(str(backbone).rpartition("/")[2] or "all", fontsize=8)
+    _legend_outside(fig, axes)
+    fig.suptitle("Performance profiles across tasks (95% stratified bootstrap band)",
+                 fontsize=10)
     return _save(fig, stem)

@@ -4,10 +4,13 @@ A :class:`Table` is built by a layout (:mod:`reports.layouts`) from a summary fr
 :func:`analysis.stats.summarize`; this module only formats it. Conventions, stated in every
 caption:
 
-* a cell reads ``mean ± std`` over seeds (std omitted with one seed), in the column's display
-  units (``scale`` x the metric: success rates in %), with the number of seeds n;
+* a cell reads ``mean ± std`` over seeds (std omitted with one seed), or with
+  ``cell_format="ci"`` ``mean [low, high]`` (the 95% CI the caption names), in the column's
+  display units (``scale`` x the metric: success rates in %), with the number of seeds n;
+  fewer than FEW_SEEDS seeds is said in the caption;
 * **bold**: the best mean of the column within its section, and every row the summary marks
-  ``not_worse_than_best`` (its paired test against the best does not reject at alpha);
+  ``not_worse_than_best`` (its Holm-corrected paired test against the best does not reject
+  at alpha; a row that cannot be tested is not bold);
 * ``†`` / ``‡``: significantly better / worse than the baseline (paired by seed,
   Holm-corrected p <= alpha, the summary's ``significant``);
 * ``§`` on a row label: numbers reported elsewhere (e.g. a paper), merged from a CSV by
@@ -28,6 +31,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.stats import FEW_SEEDS, MIN_PAIRED
+
+CELL_FORMATS = ("std", "ci")
+WIDE_COLUMNS = 6  # a LaTeX table with more value columns is scaled to the text width
 BETTER = "†"
 WORSE = "‡"
 REPORTED = "§"
@@ -37,7 +44,7 @@ _TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
                  "^": r"\textasciicircum{}"}
 _TEX_SYMBOLS = {BETTER: r"$^{\dagger}$", WORSE: r"$^{\ddagger}$", REPORTED: r"$^{\S}$",
                 "±": r"$\pm$", "α": r"$\alpha$", "β": r"$\beta$", "λ": r"$\lambda$",
-                "≤": r"$\le$", "–": "--"}
+                "≤": r"$\le$", "–": "--", "×": r"$\times$", "Δ": r"$\Delta$", "—": "---"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,12 @@ class Cell:
     not_worse: bool = False
     marker: str = ""
     run_ids: tuple[str, ...] = ()
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    n_paired: int = 0
+    diff: float = math.nan  # mean paired difference to the baseline
+    p_holm: float = math.nan  # Holm-corrected p against the baseline
+    p_vs_best: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,12 @@ class Table:
     baseline: str | None = None
     alpha: float = 0.05
     notes: tuple[str, ...] = field(default_factory=tuple)
+    ci_method: str = "Student t interval over seeds"
+    cell_format: str = "std"
+    bold: bool = True  # False: a descriptive table, nothing ranked (diagnostics)
+    # Replaces the caption's "Cells: ... over seeds" sentence for tables whose cells are
+    # not statistics over seeds (e.g. importances).
+    describe: str | None = None
 
     def run_ids(self) -> list[str]:
         """Every run id behind any cell, sorted."""
@@ -133,6 +152,8 @@ def bold_cells(table: Table) -> set[tuple[int, int, str]]:
     whose cell is ``not_worse``. Reported rows are never bold and never define the best.
     """
     out = set()
+    if not table.bold:
+        return out
     for si, section in enumerate(table.sections):
         for col in table.columns:
             ours = [(ri, r.cells[col.key]) for ri, r in enumerate(section.rows)
@@ -146,13 +167,19 @@ def bold_cells(table: Table) -> set[tuple[int, int, str]]:
     return out
 
 
-def cell_text(cell: Cell | None, column: Column) -> str:
-    """``"79.1 ± 1.2"`` in display units; just the mean without a std; MISSING for None."""
+def cell_text(cell: Cell | None, column: Column, cell_format: str = "std") -> str:
+    """``"79.1 ± 1.2"`` (``std``) or ``"79.1 [76.2, 82.0]"`` (``ci``) in display units;
+    just the mean without a std / CI; MISSING for None."""
+    if cell_format not in CELL_FORMATS:
+        raise ValueError(f"cell_format={cell_format!r}; valid: {list(CELL_FORMATS)}")
     if cell is None or not math.isfinite(cell.mean):
         return MISSING
     fmt = f"{{:.{column.decimals}f}}"
     text = fmt.format(cell.mean * column.scale)
-    if math.isfinite(cell.std):
+    if cell_format == "ci" and math.isfinite(cell.ci_low) and math.isfinite(cell.ci_high):
+        text += f" [{fmt.format(cell.ci_low * column.scale)}, " \
+                f"{fmt.format(cell.ci_high * column.scale)}]"
+    elif cell_format == "std" and math.isfinite(cell.std):
         text += " ± " + fmt.format(cell.std * column.scale)
     return text
 
@@ -161,13 +188,26 @@ def caption(table: Table) -> str:
     """Plain-text caption: what a cell is, n seeds, the bold rule, markers and footnotes."""
     low, high = table.seed_counts()
     n = f"n = {low}" if low == high else f"n = {low}–{high}"
-    parts = [f"{table.title}.",
-             f"Cells: mean ± std over seeds ({n} seeds per cell).",
-             ("Bold: best in its column within a section, and every row not significantly "
-              f"worse than it (paired test over seeds, α = {table.alpha:g})."),]
+    what = ("mean ± std over seeds" if table.cell_format == "std"
+            else f"mean [95% CI] over seeds, {table.ci_method}")
+    parts = [f"{table.title}.", f"Cells: {what} ({n} seeds per cell)."]
+    if table.describe is not None:
+        parts[1:] = [table.describe]
+    elif table.cell_format == "std":
+        parts.append(f"95% CIs ({table.ci_method}) and p-values are in the JSON sidecar.")
+    if 0 < low < FEW_SEEDS and table.describe is None:
+        parts.append(f"Caution: fewer than {FEW_SEEDS} seeds per cell; intervals are wide"
+                     + (f" and tests need {MIN_PAIRED} or more paired seeds." if table.bold
+                        else "."))
+    if table.bold:
+        parts.append("Bold: best in its column within a section, and every row not "
+                     "significantly worse than it (paired test over seeds, Holm-corrected, "
+                     f"α = {table.alpha:g}; rows with fewer than {MIN_PAIRED} paired seeds are "
+                     "not tested and not bold).")
     if table.baseline is not None:
         parts.append(f"{BETTER} / {WORSE}: significantly better / worse than "
-                     f"{table.baseline} (paired by seed, Holm-corrected p ≤ {table.alpha:g}).")
+                     f"{table.baseline} (paired by seed, Holm-corrected p ≤ {table.alpha:g}; "
+                     f"only with {MIN_PAIRED} or more paired seeds).")
     sources = sorted({r.source for _, r in table.rows() if r.reported})
     if sources:
         parts.append(f"{REPORTED}: reported by {', '.join(sources)}; not reproduced here, "
@@ -234,7 +274,8 @@ def to_markdown(table: Table) -> str:
         for ri, row in enumerate(section.rows):
             labels = [_md(x) for x in row.labels]
             labels[0] += REPORTED if row.reported else ""
-            values = [_md_cell(row, c, (si, ri, c.key) in bold) for c in table.columns]
+            values = [_md_cell(row, c, (si, ri, c.key) in bold, table.cell_format)
+                      for c in table.columns]
             lines.append(_md_row(labels + values))
     return "\n".join(lines) + "\n"
 
@@ -247,9 +288,9 @@ def _md_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _md_cell(row: Row, column: Column, bold: bool) -> str:
+def _md_cell(row: Row, column: Column, bold: bool, cell_format: str = "std") -> str:
     cell = row.cells.get(column.key)
-    text = cell_text(cell, column)
+    text = cell_text(cell, column, cell_format)
     if bold:
         text = f"**{text}**"
     return text + (cell.marker if cell is not None and text != MISSING else "")
@@ -269,12 +310,17 @@ def tex_escape(text: str) -> str:
 
 def to_latex(table: Table, provenance: Provenance | None = None) -> str:
     """A booktabs ``table`` float: \\toprule, a grouped header with \\cmidrule, \\midrule
-    per section, \\bottomrule; provenance as ``%`` comments at the top (needs booktabs)."""
+    per section, \\bottomrule; provenance as ``%`` comments at the top. Needs ``booktabs``;
+    a table with more than WIDE_COLUMNS value columns is a ``table*`` scaled to the text
+    width with ``\\resizebox`` (needs ``graphicx``), so it never overflows the page."""
     bold = bold_cells(table)
     n_labels, width = len(table.label_headers), len(table.label_headers) + len(table.columns)
+    wide = len(table.columns) > WIDE_COLUMNS
+    env = "table*" if wide else "table"
     lines = [*_tex_provenance(table, provenance),
-             r"\begin{table}[t]", r"\centering",
+             rf"\begin{{{env}}}[t]", r"\centering", r"\small",
              rf"\caption{{{tex_escape(caption(table))}}}", rf"\label{{tab:{table.name}}}",
+             *([r"\resizebox{\textwidth}{!}{%"] if wide else []),
              rf"\begin{{tabular}}{{{'l' * n_labels}{'c' * len(table.columns)}}}", r"\toprule",
              *_tex_header(table), r"\midrule"]
     for si, section in enumerate(table.sections):
@@ -285,9 +331,10 @@ def to_latex(table: Table, provenance: Provenance | None = None) -> str:
         for ri, row in enumerate(section.rows):
             labels = [tex_escape(x) for x in row.labels]
             labels[0] += _TEX_SYMBOLS[REPORTED] if row.reported else ""
-            values = [_tex_cell(row, c, (si, ri, c.key) in bold) for c in table.columns]
+            values = [_tex_cell(row, c, (si, ri, c.key) in bold, table.cell_format)
+                      for c in table.columns]
             lines.append(" & ".join(labels + values) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}" + ("}" if wide else ""), rf"\end{{{env}}}"]
     return "\n".join(lines) + "\n"
 
 
@@ -310,13 +357,13 @@ def _tex_header(table: Table) -> list[str]:
     return [" & ".join(groups) + r" \\", " ".join(rules), " & ".join(labels) + r" \\"]
 
 
-def _tex_cell(row: Row, column: Column, bold: bool) -> str:
+def _tex_cell(row: Row, column: Column, bold: bool, cell_format: str = "std") -> str:
     cell = row.cells.get(column.key)
-    text = tex_escape(cell_text(cell, column))
+    plain = cell_text(cell, column, cell_format)
+    text = tex_escape(plain)
     if bold:
         text = rf"\textbf{{{text}}}"
-    return text + (tex_escape(cell.marker) if cell is not None and cell_text(cell, column) != MISSING
-                   else "")
+    return text + (tex_escape(cell.marker) if cell is not None and plain != MISSING else "")
 
 
 # ---------------------------------------------------------------- provenance and files
@@ -338,9 +385,16 @@ def provenance_record(table: Table, provenance: Provenance) -> dict:
         for key, cell in row.cells.items():
             cells.append({"section": section.title, "row": " ".join(x for x in row.labels if x),
                           "column": key, "n": cell.n, "mean": _json_float(cell.mean),
-                          "std": _json_float(cell.std), "run_ids": list(cell.run_ids),
+                          "std": _json_float(cell.std), "ci_low": _json_float(cell.ci_low),
+                          "ci_high": _json_float(cell.ci_high), "n_paired": cell.n_paired,
+                          "diff_vs_baseline": _json_float(cell.diff),
+                          "p_holm_vs_baseline": _json_float(cell.p_holm),
+                          "p_holm_vs_best": _json_float(cell.p_vs_best),
+                          "marker": cell.marker, "run_ids": list(cell.run_ids),
                           "reported_by": row.source})
-    return {"table": table.name, "title": table.title, "study": provenance.study,
+    return {"table": table.name, "title": table.title, "caption": caption(table),
+            "ci_method": table.ci_method, "baseline": table.baseline, "alpha": table.alpha,
+            "study": provenance.study,
             "git_sha": provenance.git_sha, "generated_at": provenance.generated_at,
             "run_ids": table.run_ids(), "cells": cells}
 
@@ -355,6 +409,19 @@ def write_table(table: Table, stem: str | Path, provenance: Provenance) -> list[
     record = provenance_record(table, provenance)
     paths[2].write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return paths
+
+
+LATEX_PREAMBLE = (r"\documentclass{article}", r"\usepackage[margin=2.5cm]{geometry}",
+                  r"\usepackage{booktabs}", r"\usepackage{graphicx}")
+
+
+def latex_document(bodies: Sequence[str]) -> str:
+    """A standalone article holding the given ``to_latex`` outputs (one float per page):
+    ``pdflatex`` compiles it with booktabs and graphicx (Debian texlive-latex-recommended)."""
+    parts = [*LATEX_PREAMBLE, r"\begin{document}"]
+    for body in bodies:
+        parts += [body, r"\clearpage"]
+    return "\n".join([*parts, r"\end{document}"]) + "\n"
 
 
 def _tex_provenance(table: Table, provenance: Provenance | None) -> list[str]:

@@ -225,6 +225,13 @@ def _report_args(parser: argparse.ArgumentParser) -> None:
                              "metrics, source)")
     parser.add_argument("--n-boot", type=int, default=2000, metavar="N",
                         help="bootstrap resamples for CIs (default 2000)")
+    parser.add_argument("--cells", choices=("std", "ci"), default="std",
+                        help="table cells: mean ± std (default) or mean [95%% CI]")
+    parser.add_argument("--ci", choices=("t", "bootstrap"), default="t",
+                        help="interval over seeds: Student t (default) or percentile bootstrap")
+    parser.add_argument("--ui-url", default="http://127.0.0.1:5000",
+                        help="MLflow UI address that run ids in index.md link to "
+                             "(`hindsight ui` serves it; '' for no links)")
 
 
 def _lazy(module: str, name: str, doc: str, purpose: str) -> Handler:

@@ -13,19 +13,22 @@ from pathlib import Path
 
 from sweeps.cli import CommandError
 from sweeps.status import find_parent
-from sweeps.study import load_study
-from trainer.tracking import experiment_id, git_sha, make_client, with_retry
+from sweeps.study import expand, load_study
+from trainer.tracking import git_sha, make_client, with_retry
 
 CURVE_KEYS = ("train/success", "train/episode_length", "train/entropy", "train/score")
 
 
 def build_study_report(study_path: str, report_dir: str | None = None,
                        external: str | None = None, n_boot: int = 2000, echo=print, *,
-                       out: str | None = None) -> Path:
-    """Load the study's runs, build every table and figure they support, write index.md,
-    log the report folder on the parent run; return the index path.  ``out`` is the study's
-    output folder when moved (as for every command), ``report_dir`` the report's folder
-    (default ``<study output>/report``)."""
+                       out: str | None = None, cells: str = "std", ci: str = "t",
+                       ui_url: str | None = "http://127.0.0.1:5000") -> Path:
+    """Load the study's runs, build every table and figure they support, write index.md and
+    index.html, log the report folder on the study's parent run when there is one (the store
+    is never written otherwise); return the index path.  ``out`` is the study's output folder
+    when moved (as for every command), ``report_dir`` the report's folder (default
+    ``<study output>/report``)."""
+    from analysis.curves import BUDGET_KEYS
     from analysis.loader import load_histories, load_records, load_runs
     from reports.index import ReportInputs, build_report
 
@@ -34,13 +37,16 @@ def build_study_report(study_path: str, report_dir: str | None = None,
     runs = load_runs(study.store_uri, study.name)
     finished = runs[runs["status"] == "FINISHED"] if "status" in runs else runs
     if finished.empty:
-        raise CommandError(f"study {study.name!r} has no finished runs yet; run "
-                           f"`hindsight sweep {study_path}`")
+        raise CommandError(f"study {study.name!r} has no finished runs yet "
+                           f"({len(runs)} runs, none FINISHED); run `hindsight sweep {study_path}`")
     ids = list(finished["run_id"])
-    histories = load_histories(study.store_uri, ids, CURVE_KEYS)
+    evals = sorted(c for c in finished.columns if c.startswith("eval/") and c.endswith("/success"))
+    histories = load_histories(study.store_uri, ids, [*CURVE_KEYS, *BUDGET_KEYS, *evals])
     records = load_records(study.store_uri, ids)
-    inputs = ReportInputs.from_frames(finished, histories=histories, records=records,
-                                      external_csv=external, n_boot=n_boot)
+    inputs = ReportInputs.from_frames(runs, histories=histories, records=records,
+                                      external_csv=external, expected=_expected(study),
+                                      ui_url=ui_url or None, cell_format=cells, ci=ci,
+                                      search=study.search is not None, n_boot=n_boot)
     out_dir = Path(report_dir) if report_dir else study.out_dir / "report"
     index = build_report(inputs, out_dir, study.name, git_sha(),
                          regenerate=f"hindsight report {study_path}")
@@ -48,20 +54,36 @@ def build_study_report(study_path: str, report_dir: str | None = None,
     if _log_on_parent(study, out_dir):
         echo(f"in the MLflow UI (`hindsight ui {study_path}`): run {study.name} > Artifacts > "
              f"report > index.html")
+    else:
+        echo(f"study {study.name!r} has no parent run in {study.store_uri}; "
+             "the report was not logged to the store")
     return index
 
 
+def _expected(study) -> int | None:
+    """Number of (cell, seed) trials the study defines (a search: trials x seeds)."""
+    if study.search is not None:
+        return study.search.trials * study.search.seeds_per_trial
+    return len(expand(study))
+
+
 def _log_on_parent(study, out_dir: Path) -> bool:
-    """Log the report folder as the parent run's ``report/`` artifacts; False without one."""
+    """Log the report folder on the study's parent run; False (nothing written: no
+    experiment is created) when the study has no parent run."""
     client = make_client(study.store_uri)
-    parent = find_parent(client, experiment_id(client, study.experiment), study.name)
-    if parent is not None:
-        with_retry(client.log_artifacts, parent.info.run_id, str(out_dir), "report")
-    return parent is not None
+    experiment = with_retry(client.get_experiment_by_name, study.experiment)
+    if experiment is None:
+        return False
+    parent = find_parent(client, experiment.experiment_id, study.name)
+    if parent is None:
+        return False
+    with_retry(client.log_artifacts, parent.info.run_id, str(out_dir), "report")
+    return True
 
 
 def report_command(args: argparse.Namespace) -> int:
     """Regenerate a study's paper tables and figures from its tracked runs (index.md and
     index.html, logged on the study's parent run)."""
-    build_study_report(args.study, args.report_dir, args.external, args.n_boot, out=args.out)
+    build_study_report(args.study, args.report_dir, args.external, args.n_boot, out=args.out,
+                       cells=args.cells, ci=args.ci, ui_url=args.ui_url)
     return 0

@@ -9,7 +9,16 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis.stats import bootstrap_ci, holm, iqm, iqm_ci, mean_std, paired_test, summarize
+from analysis.stats import (
+    bootstrap_ci,
+    holm,
+    iqm,
+    iqm_ci,
+    mean_std,
+    paired_test,
+    summarize,
+    t_ci,
+)
 
 
 def test_mean_std_sample_std_and_single_value():
@@ -76,9 +85,42 @@ def test_paired_test_wilcoxon_when_n_allows_and_degenerate_cases():
     b = {s: float(s) for s in range(6)}
     res = paired_test(a, b)
     assert res.p_wilcoxon == pytest.approx(2.0 / 64)  # all 6 differences positive, exact
-    assert paired_test({0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0}).p_t == 1.0
-    assert paired_test({0: 2.0, 1: 2.0}, {0: 1.0, 1: 1.0}).p_t == 0.0
+    assert paired_test({0: 1.0, 1: 1.0, 2: 1.0}, {0: 1.0, 1: 1.0, 2: 1.0}).p_t == 1.0
     assert math.isnan(paired_test({0: 1.0}, {0: 0.0}).p_t)
+
+
+def test_paired_test_needs_three_pairs():
+    # RLSD one task better than GRPO on each of 2 seeds: no test, no marker.
+    res = paired_test({0: 0.51, 1: 0.61}, {0: 0.50, 1: 0.60})
+    assert res.n == 2 and res.mean_diff == pytest.approx(0.01)
+    assert math.isnan(res.p_t) and math.isnan(res.p_wilcoxon)
+    assert not math.isnan(paired_test({0: 1.0, 1: 2.0}, {0: 0.0, 1: 0.5}, min_n=2).p_t)
+
+
+def test_constant_differences_get_the_sign_flip_p_without_warnings():
+    import warnings
+
+    a = {s: 0.1 * s + 1.0 / 134 for s in range(3)}  # every seed exactly one task better
+    b = {s: 0.1 * s for s in range(3)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = paired_test(a, b)
+        six = paired_test({s: 0.3 + s for s in range(6)}, {s: 0.2 + s for s in range(6)})
+    assert res.p_t == pytest.approx(2.0 / 8) and math.isnan(res.p_wilcoxon)
+    assert six.p_t == pytest.approx(2.0 / 64) and six.p_wilcoxon == pytest.approx(2.0 / 64)
+
+
+def test_t_ci_hand_computed_and_does_not_collapse_at_two_seeds():
+    # n = 2, values 0 and 1: mean 0.5, s = sqrt(0.5), t_{1, .975} = 12.7062
+    low, high = t_ci([0.0, 1.0])
+    half = 12.706204736 * math.sqrt(0.5) / math.sqrt(2)
+    assert (low, high) == pytest.approx((0.5 - half, 0.5 + half))
+    assert low < 0.0 and high > 1.0  # wider than [min, max], unlike the bootstrap
+    low, high = t_ci([1.0, 2.0, 3.0, 4.0], confidence=0.9)
+    half = sps.t.ppf(0.95, 3) * math.sqrt(5.0 / 3.0) / 2.0
+    assert (low, high) == pytest.approx((2.5 - half, 2.5 + half))
+    assert all(math.isnan(v) for v in t_ci([0.3]))
+    assert t_ci([0.4, 0.4, 0.4]) == pytest.approx((0.4, 0.4))
 
 
 def _frame():
@@ -113,7 +155,7 @@ def test_summarize_columns_baseline_holm_and_best():
 def test_summarize_lower_is_better_and_single_seed():
     frame = pd.DataFrame({"method": ["a", "b"], "seed": [0, 0], "len": [3.0, 5.0]})
     out = summarize(frame, by=["method"], metric="len", baseline="a", higher_is_better=False)
-    assert out["not_worse_than_best"].tolist() == [True, True]  # one seed: cannot tell
+    assert out["not_worse_than_best"].tolist() == [True, False]  # one seed: untestable
     assert out["ci_low"].isna().all() and out["std"].isna().all()
     assert math.isnan(out.loc[1, "p_vs_baseline"]) and out.loc[1, "n_paired"] == 1
 
@@ -135,3 +177,68 @@ def test_summarize_wilcoxon_choice_uses_the_exact_signed_rank_p():
     row = out.set_index("method").loc["seed"]
     assert row["p_vs_baseline"] == pytest.approx(2.0 / 64) and row["p_holm"] == row["p_vs_baseline"]
     assert row["significant"] and row["n_paired"] == 6
+
+
+def test_summarize_n_counts_seeds_not_runs():
+    # seed 0 of "a" was run twice: the two runs are averaged into one seed value.
+    frame = pd.DataFrame({"method": ["a"] * 4, "seed": [0, 0, 1, 2],
+                          "acc": [0.2, 0.4, 0.5, 0.6]})
+    row = summarize(frame, by=["method"], metric="acc").iloc[0]
+    assert row["n"] == 3 and row["mean"] == pytest.approx((0.3 + 0.5 + 0.6) / 3)
+    low, high = t_ci([0.3, 0.5, 0.6])
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high))
+
+
+def test_summarize_untestable_rows_are_neither_marked_nor_not_worse():
+    frame = pd.DataFrame({"method": ["grpo", "grpo", "rlsd", "rlsd", "big", "big"],
+                          "seed": [0, 1] * 3, "acc": [0.5, 0.6, 0.51, 0.61, 0.9, 0.7]})
+    out = summarize(frame, by=["method"], metric="acc", baseline="grpo").set_index("method")
+    assert not out["significant"].any() and out["p_vs_baseline"].isna().all()
+    assert out["not_worse_than_best"].to_dict() == {"big": True, "grpo": False, "rlsd": False}
+
+
+def test_summarize_not_worse_uses_the_holm_corrected_test_against_the_best():
+    seeds = range(4)
+    best = [0.80, 0.82, 0.79, 0.81]
+    rows = [("best", s, v) for s, v in zip(seeds, best)]
+    rows += [("close", s, v - d) for s, v, d in zip(seeds, best, (0.01, -0.01, 0.02, 0.0))]
+    rows += [("far", s, v - 0.3 - 0.01 * s) for s, v in zip(seeds, best)]
+    frame = pd.DataFrame(rows, columns=["method", "seed", "acc"])
+    out = summarize(frame, by=["method"], metric="acc").set_index("method")
+    d_close = np.array([0.01, -0.01, 0.02, 0.0])
+    d_far = np.array([0.3 + 0.01 * s for s in seeds])
+    raw = [sps.ttest_1samp(d_close, 0).pvalue, sps.ttest_1samp(d_far, 0).pvalue]
+    np.testing.assert_allclose(out.loc[["close", "far"], "p_vs_best"], holm(raw))
+    assert out["not_worse_than_best"].to_dict() == {"best": True, "close": True, "far": False}
+    assert math.isnan(out.loc["best", "p_vs_best"])
+
+
+def test_summarize_swept_baseline_compares_within_matching_values():
+    rows = []
+    for beta, base, gain in ((1.0, 0.5, 0.1), (5.0, 0.2, 0.0)):
+        for s, noise in enumerate((0.0, 0.01, -0.01, 0.02)):
+            rows.append((f"grpo b={beta}", s, base + noise))
+            rows.append((f"seed b={beta}", s, base + noise + gain + 0.001 * s))
+    frame = pd.DataFrame(rows, columns=["variant", "seed", "acc"])
+    mapping = {"seed b=1.0": "grpo b=1.0", "seed b=5.0": "grpo b=5.0"}
+    out = summarize(frame, by=["variant"], metric="acc", baseline=mapping).set_index("variant")
+    assert out.loc["seed b=1.0", "diff_vs_baseline"] == pytest.approx(0.1015)
+    assert out.loc["seed b=5.0", "diff_vs_baseline"] == pytest.approx(0.0015)
+    assert out.loc["seed b=1.0", "significant"] and out.loc["seed b=1.0", "n_paired"] == 4
+    assert out.loc[["grpo b=1.0", "grpo b=5.0"], "n_paired"].tolist() == [0, 0]
+    with pytest.raises(ValueError, match=r"baseline levels \['ppo'\]"):
+        summarize(frame, by=["variant"], metric="acc", baseline={"seed b=1.0": "ppo"})
+
+
+def test_per_cell_long_frame_over_seeds():
+    from analysis.stats import per_cell
+
+    frame = pd.DataFrame({"cell": ["a", "a", "a", "b"], "seed": [0, 0, 1, 0],
+                          "x": [1.0, 3.0, 4.0, 5.0], "y": [np.nan, np.nan, np.nan, 1.0]})
+    out = per_cell(frame, ["cell"], ["x", "y"]).set_index(["cell", "column"])
+    assert out.loc[("a", "x"), "n"] == 2 and out.loc[("a", "x"), "mean"] == 3.0
+    assert (out.loc[("a", "x"), "ci_low"], out.loc[("a", "x"), "ci_high"]) == pytest.approx(
+        t_ci([2.0, 4.0]))
+    assert ("a", "y") not in out.index and out.loc[("b", "y"), "n"] == 1
+    with pytest.raises(ValueError, match=r"\['z'\] not in the frame"):
+        per_cell(frame, ["cell"], ["z"])

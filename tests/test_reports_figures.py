@@ -73,3 +73,31 @@ def test_missing_inputs_are_skipped(tmp_path):
     none = figures.training_curves(hist, tmp_path / "d")
     assert isinstance(none, Skipped) and "train/success" in none.reason
     assert not list(tmp_path.iterdir())
+
+
+def test_evaluation_curves_from_report_inputs(tmp_path):
+    from reports.index import ReportInputs
+
+    runs = fake_runs({"grpo": 0.5, "seed": 0.7}, envs=("household",), seeds=(0, 1, 2))
+    runs["rollout.group_size"], runs["rollout.tasks_per_step"] = 4, 2
+    rows = []
+    for i, rid in enumerate(runs["run_id"]):
+        for step in (0, 5, 10):
+            rows.append((rid, "eval/eval_unseen/success", step, 0.1 * step / 10 + 0.01 * i))
+            if step:
+                rows.append((rid, "train/episode_length", step, 4.0))
+    hist = pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
+    inputs = ReportInputs.from_frames(runs, histories=hist, n_boot=20)
+    curves = inputs.diagnostics["evaluation_curves"]
+    assert set(curves["label"]) == {"GRPO", "SEED"} and set(curves["env_label"]) == {"Household"}
+    seed10 = curves[(curves["label"] == "SEED") & (curves["step"] == 10)].iloc[0]
+    assert seed10["n"] == 3 and seed10["env_steps"] == 64.0  # 4 turns x 4 x 2, steps 5 and 10
+    stem = tmp_path / "eval"
+    _assert_written(figures.evaluation_curves(curves, stem), stem)
+
+
+def test_styles_tell_twenty_methods_apart():
+    labels = [f"m{i}" for i in range(20)]
+    style = figures.styles(labels)
+    assert len({(s["color"], s["marker"]) for s in style.values()}) == 20
+    assert len({s["color"] for s in style.values()}) == 20

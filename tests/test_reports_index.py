@@ -32,13 +32,15 @@ def test_build_report_writes_and_links_existing_files(tmp_path):
     text = index.read_text()
     links = re.findall(r"\]\(([^)]+)\)", text)
     assert links and all((out / link).is_file() for link in links)
-    for name in ("etro_table1", "etro_branches", "etro_suffix"):
+    for name in ("etro_table1", "etro_branches"):
         assert f"tables/{name}.tex" in links and f"tables/{name}.json" in links
+    assert "- etro_suffix: no runs of methods" in text and "besides the baseline etro" in text
     assert "figures/gate_curves.pdf" in links
     assert not (out / "tables" / "seed_ablation.md").exists()
     assert "- seed_ablation: no runs of methods" in text
     assert "- training_curves: its input frame was not given" in text
-    assert "- runs: 9" in text and "seeds per cell: 3–3" in text
+    assert "- runs: 9 finished (used)" in text and "seeds per cell: 3–3" in text
+    assert "Caution: fewer than 5 seeds per cell" in text
     assert "hindsight report --study demo" in text and "`abc123`" in text
     record = json.loads((out / "tables" / "etro_branches.json").read_text())
     assert len(record["run_ids"]) == 9 and record["study"] == "demo"
@@ -56,9 +58,37 @@ def test_from_frames_joins_methods_and_computes_diagnostics():
     assert set(inputs.histories["method"]) == {"grpo", "seed"}
     assert set(inputs.histories["env"]) == {"shop"}
     frames = inputs.figure_frames()
-    assert set(frames) == {"training_curves", "gate_sensitivity", "gate_curves",
+    assert set(frames) == {"training_curves", "evaluation_curves", "gate_curves",
                            "regional_alignment", "compute_cost"}
     assert "no per-turn records" in frames["regional_alignment"].reason
-    assert "takes 1 value" in frames["gate_sensitivity"].reason
+    assert "no method varies" in inputs.sensitivity.reason
     assert sorted(frames["gate_curves"]["beta"].unique()) == [5.0]
     assert set(inputs.summaries) == set(LAYOUTS)
+
+
+def test_index_counts_failed_and_missing_runs_inlines_tables_and_links_the_ui(tmp_path):
+    runs = fake_runs({"grpo": 0.5, "etro": 0.8}, envs=("shop",), seeds=(0, 1, 2, 3, 4))
+    runs["experiment_id"] = "7"
+    runs.loc[runs["run_id"] == "shop-tiny-etro-4", "status"] = "FAILED"
+    inputs = ReportInputs.from_frames(runs, expected=12, ui_url="http://127.0.0.1:5000",
+                                      n_boot=50)
+    assert len(inputs.runs) == 9  # statistics use the finished runs only
+    text = build_report(inputs, tmp_path / "r", "demo", "abc").read_text()
+    assert "- runs: 9 finished (used), 1 failed (not used), 2 missing of 12 trials" in text
+    assert "Caution: fewer than 5 seeds per cell** (n = 4–5)" in text
+    assert "| Method | Shop Score | Shop Succ. |" in text  # the table itself, inline
+    assert ("[`shop-tiny-et`](http://127.0.0.1:5000/#/experiments/7/runs/shop-tiny-etro-4)"
+            in text)
+    assert "| FAILED |" in text
+
+
+def test_report_aggregates_across_tasks(tmp_path):
+    runs = fake_runs({"grpo": 0.5, "seed": 0.7}, envs=("household", "shop"))
+    build_report(ReportInputs.from_frames(runs, n_boot=200), tmp_path, "demo", "abc")
+    record = json.loads((tmp_path / "tables" / "aggregates.json").read_text())
+    cells = {(c["row"], c["column"]): c for c in record["cells"]}
+    # SEED beats GRPO on every seed pair of all 3 tasks (household, shop score, shop success)
+    assert cells[("SEED", "p_improve")]["mean"] == 1.0 and ("GRPO", "p_improve") not in cells
+    assert cells[("SEED", "n_tasks")]["mean"] == 3.0
+    assert cells[("GRPO", "iqm")]["ci_low"] <= cells[("GRPO", "iqm")]["mean"]
+    assert (tmp_path / "figures" / "performance_profiles.png").stat().st_size > 5_000

@@ -48,7 +48,7 @@ def test_summary_cells_and_markers_from_runs():
     assert shop.loc["etro", "run_ids"] == ("shop-tiny-etro-0", "shop-tiny-etro-1",
                                            "shop-tiny-etro-2")
     table = LAYOUTS["etro_branches"].table(summary)
-    assert [c.key for c in table.columns] == ["shop.success", "shop.score", "household.success"]
+    assert [c.key for c in table.columns] == ["household.success", "shop.score", "shop.success"]
     rows = {r.labels[0]: r for r in table.sections[0].rows}
     assert list(rows) == ["GRPO", "Global Positive", "ETRO"]
     assert rows["ETRO"].cells["shop.success"].marker == BETTER
@@ -109,3 +109,103 @@ def test_swept_method_rows_carry_the_param():
 def test_unknown_layout_lists_valid_names():
     with pytest.raises(ValueError, match="unknown table layout 'nope'; valid: etro_table1"):
         get_layout("nope")
+
+
+def test_a_cell_is_a_configuration_never_pooled():
+    # Two SEED configs differing in a param that is no known sweep axis (the staleness
+    # ablation): two rows, n = 3 seeds each, not one row with n = 6.
+    fresh = fake_runs({"seed": 0.70}, envs=("shop",), params={"seed": {"writer.refresh_every": 1}})
+    stale = fake_runs({"seed": 0.60}, envs=("shop",), params={"seed": {"writer.refresh_every": 0}})
+    stale["run_id"] += "-stale"
+    stale["cell_id"] += "-stale"
+    runs = pd.concat([fresh, stale], ignore_index=True)
+    summary = summarize_layout(runs, LAYOUTS["etro_table1"], n_boot=N_BOOT)
+    shop = summary[summary["metric"] == "shop.success"].set_index("variant")
+    assert shop.loc["seed (refresh_every=1)", "mean"] == pytest.approx(0.70)
+    assert shop.loc["seed (refresh_every=0)", "mean"] == pytest.approx(0.60)
+    assert shop["n"].tolist() == [3, 3]
+
+
+def test_cells_with_the_same_label_keep_apart_by_cell_id():
+    a = fake_runs({"seed": 0.7}, envs=("shop",))
+    b = fake_runs({"seed": 0.5}, envs=("shop",))
+    b["run_id"] += "-b"
+    b["cell_id"] = "other"  # differs only in a setting that is not logged as a param
+    out = add_variants(pd.concat([a, b], ignore_index=True))
+    assert out["variant"].nunique() == 2 and out["variant"].str.contains(r"\[cell ").all()
+
+
+def test_search_labels_round_to_significant_digits():
+    runs = []
+    for i, (beta, lam) in enumerate(((2.38611, 0.0195789), (7.1, 0.001))):
+        part = fake_runs({"seed": 0.7}, envs=("shop",),
+                         params={"seed": {"algo.beta_opd": beta, "algo.lambda_opd": lam}})
+        part["run_id"] += f"-{i}"
+        part["cell_id"] += f"-{i}"
+        runs.append(part)
+    table = LAYOUTS["etro_table1"].table(
+        summarize_layout(pd.concat(runs, ignore_index=True), LAYOUTS["etro_table1"]))
+    assert [r.labels[0] for r in table.sections[0].rows] == [
+        "SEED (β=2.39, λ=0.0196)", "SEED (β=7.1, λ=0.001)"]
+
+
+def test_two_seeds_draw_no_marker_and_the_caption_does_not_promise_one():
+    from reports.tables import caption
+
+    runs = fake_runs({"grpo": 0.5, "rlsd": 0.51, "etro": 0.9}, envs=("shop",), seeds=(0, 1))
+    table = LAYOUTS["etro_table1"].table(summarize_layout(runs, LAYOUTS["etro_table1"]))
+    assert all(c.marker == "" for _, r in table.rows() for c in r.cells.values())
+    assert table.baseline is None
+    text = caption(table)
+    assert "†" not in text and "No significance markers" in text
+    assert "fewer than 5 seeds" in text
+    bold = {(table.sections[0].rows[ri].labels[0], k) for _, ri, k in bold_cells(table)}
+    assert bold == {("ETRO", "shop.success"), ("ETRO", "shop.score")}  # untestable: not bold
+
+
+def test_swept_baseline_markers_compare_within_matching_beta():
+    runs = []
+    for beta, grpo, seed in ((1.0, 0.5, 0.8), (5.0, 0.6, 0.6)):
+        part = fake_runs({"grpo": grpo, "seed": seed}, envs=("shop",),
+                         params={"grpo": {"algo.beta_opd": beta}, "seed": {"algo.beta_opd": beta}})
+        part["run_id"] += f"-b{beta}"
+        part["cell_id"] += f"-b{beta}"
+        runs.append(part)
+    layout = LAYOUTS["etro_table1"]
+    table = layout.table(summarize_layout(pd.concat(runs, ignore_index=True), layout))
+    rows = {r.labels[0]: r for r in table.sections[0].rows}
+    assert list(rows) == ["GRPO (β=1)", "GRPO (β=5)", "SEED (β=1)", "SEED (β=5)"]
+    assert rows["SEED (β=1)"].cells["shop.success"].diff == pytest.approx(0.3)
+    assert rows["SEED (β=1)"].cells["shop.success"].marker == BETTER
+    assert rows["SEED (β=5)"].cells["shop.success"].diff == pytest.approx(0.0, abs=1e-3)
+    assert table.baseline == "GRPO at the same β"
+
+
+def test_ablation_rows_read_full_then_param():
+    runs = fake_runs({"seed": 0.7, "seed_stale": 0.6}, envs=("shop",),
+                     params={"seed": {"algo.beta_opd": 1.0}})
+    more = fake_runs({"seed": 0.75}, envs=("shop",), params={"seed": {"algo.beta_opd": 5.0}})
+    more["run_id"] += "-5"
+    more["cell_id"] += "-5"
+    layout = LAYOUTS["seed_ablation"]
+    table = layout.table(summarize_layout(pd.concat([runs, more]), layout))
+    assert [r.labels[0] for r in table.sections[0].rows][:2] == ["SEED (full), β=1",
+                                                                "SEED (full), β=5"]
+
+
+@pytest.mark.parametrize("env,level,split,group", [
+    ("alfworld", None, "eval_out_of_distribution", "ALFWorld"),
+    ("household", "small", "eval_unseen", "Household-S"),
+    ("household", "full", "eval_unseen", "Household"),
+    ("webshop", None, "test", "WebShop"),
+    ("mygym", None, "holdout", "mygym"),
+])
+def test_env_registry_columns(env, level, split, group):
+    runs = fake_runs({"grpo": 0.5, "seed": 0.7}, envs=("household",))
+    runs["env"] = env
+    runs = runs.rename(columns={"eval/eval_unseen/success": f"eval/{split}/success"})
+    if level is not None:
+        runs["env.level"] = level
+    table = LAYOUTS["etro_table1"].table(summarize_layout(runs, LAYOUTS["etro_table1"]))
+    assert [(c.group, c.label) for c in table.columns] == [(group, "Succ.")]
+    assert table.sections[0].rows[1].cells[table.columns[0].key].mean == pytest.approx(0.7)

@@ -164,8 +164,12 @@ def test_write_table_provenance(branches, tmp_path):
                                        for s in range(3))
     etro = [c for c in record["cells"] if c["row"] == "ETRO"]
     assert etro == [{"section": "qwen_1.5b", "row": "ETRO", "column": "shop.success", "n": 3,
-                     "mean": 0.808, "std": 0.02, "run_ids": ["etro-0", "etro-1", "etro-2"],
-                     "reported_by": None}]
+                     "mean": 0.808, "std": 0.02, "ci_low": pytest.approx(0.788),
+                     "ci_high": pytest.approx(0.828), "n_paired": 3, "diff_vs_baseline": 0.188,
+                     "p_holm_vs_baseline": 0.02, "p_holm_vs_best": None, "marker": BETTER,
+                     "run_ids": ["etro-0", "etro-1", "etro-2"], "reported_by": None}]
+    assert record["ci_method"] == "Student t interval over seeds"
+    assert record["caption"].startswith("Skill selection")
     tex = paths[1].read_text().splitlines()
     assert tex[:4] == ["% table: etro_branches", "% study: study_1", "% git_sha: 0123abc",
                        f"% generated_at: {PROV.generated_at}"]

@@ -1,0 +1,91 @@
+"""Learning curves over seeds: training and evaluation metrics against step, environment
+steps and generated tokens (sample efficiency), with intervals over seeds. Pure pandas.
+
+Inputs are the loader's metric histories (``run_id, key, step, value``) and a run frame
+with one row per run carrying ``seed`` and the grouping columns (a report passes
+:func:`reports.layouts.prepare_runs`, so a curve is one cell: env, backbone, variant).
+
+Budget axes (per run, cumulative over training steps 1..t, from what the trainer logs):
+
+* ``env_steps`` = sum of ``train/episode_length`` x ``rollout.group_size`` x
+  ``rollout.tasks_per_step`` (episodes per step times their mean length);
+* ``tokens`` = sum of ``perf/tokens_per_s`` x ``time/rollout_s`` (tokens generated in the
+  rollout phase of each step).
+
+A curve point at step t is the mean over seeds of the metric at t with the Student t
+interval over seeds (:func:`analysis.stats.t_ci`); its budget coordinate is the mean over
+seeds of their cumulative budget at t.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.stats import mean_ci
+
+BUDGET_KEYS = ("train/episode_length", "perf/tokens_per_s", "time/rollout_s")
+BUDGET_PARAMS = ("rollout.group_size", "rollout.tasks_per_step")
+AXES = ("step", "env_steps", "tokens")
+BAND_COLUMNS = ("n", "mean", "low", "high")
+
+
+def budgets(histories: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (run_id, step) the cumulative ``env_steps`` and ``tokens`` (NaN where the run
+    did not log what the axis needs)."""
+    hist = histories[histories["key"].isin(BUDGET_KEYS)]
+    if hist.empty:
+        return pd.DataFrame(columns=["run_id", "step", "env_steps", "tokens"])
+    wide = hist.pivot_table(index=["run_id", "step"], columns="key", values="value",
+                            aggfunc="last").reset_index()
+    for key in BUDGET_KEYS:
+        if key not in wide.columns:
+            wide[key] = np.nan
+    params = runs.set_index("run_id").reindex(wide["run_id"])
+    episodes = np.ones(len(wide))
+    for p in BUDGET_PARAMS:
+        episodes = episodes * (params[p].to_numpy(float) if p in params.columns else np.nan)
+    wide["env_steps"] = wide["train/episode_length"].to_numpy(float) * episodes
+    wide["tokens"] = wide["perf/tokens_per_s"] * wide["time/rollout_s"]
+    wide = wide.sort_values(["run_id", "step"])
+    for axis in ("env_steps", "tokens"):
+        wide[axis] = wide.groupby("run_id")[axis].cumsum(skipna=False)
+    return wide[["run_id", "step", "env_steps", "tokens"]].reset_index(drop=True)
+
+
+def bands(frame: pd.DataFrame, by: Sequence[str], *, value: str = "value",
+          seed: str = "seed", ci: str = "t", extra: Sequence[str] = ()) -> pd.DataFrame:
+    """Per (by..., step): n seeds, mean over seeds and the CI (``ci``: analysis.stats
+    CI_METHODS); runs of one seed are averaged first. ``extra`` columns (budget axes) are
+    averaged over seeds."""
+    keys = [*by, "step"]
+    per_seed = frame.groupby([*keys, seed], dropna=False, sort=True)[[value, *extra]].mean()
+    rows = []
+    for group, part in per_seed.groupby(level=list(range(len(keys))), sort=True):
+        values = part[value].to_numpy(float)
+        finite = values[np.isfinite(values)]
+        low, high = mean_ci(finite, ci)
+        rows.append((*group, int(finite.size), float(finite.mean()) if finite.size else np.nan,
+                     low, high, *(float(part[e].mean()) for e in extra)))
+    return pd.DataFrame(rows, columns=[*keys, *BAND_COLUMNS, *extra])
+
+
+def metric_curves(histories: pd.DataFrame, runs: pd.DataFrame, keys_of: pd.Series, *,
+                  by: Sequence[str], ci: str = "t") -> pd.DataFrame:
+    """Curves of one metric per run: ``keys_of`` maps run_id -> tuple of history keys whose
+    per-step mean is the run's value (e.g. the eval split's success, or the QA datasets).
+    Returns ``by..., step, n, mean, low, high, env_steps, tokens``."""
+    want = pd.DataFrame([(r, k) for r, ks in keys_of.items() for k in ks],
+                        columns=["run_id", "key"])
+    hist = histories.merge(want, on=["run_id", "key"])
+    if hist.empty:
+        return pd.DataFrame(columns=[*by, "step", *BAND_COLUMNS, "env_steps", "tokens"])
+    per_step = hist.groupby(["run_id", "step"], as_index=False)["value"].mean()
+    per_step = per_step.merge(budgets(histories, runs), on=["run_id", "step"], how="left")
+    start = per_step["step"] == 0  # evaluated before any training step: no budget spent
+    per_step.loc[start, ["env_steps", "tokens"]] = per_step.loc[start, ["env_steps", "tokens"]
+                                                                ].fillna(0.0)
+    per_step = per_step.merge(runs[["run_id", "seed", *by]], on="run_id")
+    return bands(per_step, by, ci=ci, extra=("env_steps", "tokens"))

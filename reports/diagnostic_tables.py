@@ -1,0 +1,344 @@
+"""Diagnostic tables of a report: writer reliability (ETRO Table 5), value alignment (SEED
+review Eq. 8), writer staleness (Eq. 14) and compute cost, one row per table row of the
+paper tables (a cell: method and its swept params), statistics over seeds.
+
+The analysis functions (:mod:`analysis.diagnostics`) compute per run; :func:`cell_frames`
+brings their per-run results onto cells with :func:`analysis.stats.per_cell` (mean, std and
+the t interval over seeds), and :func:`diagnostic_table` turns that long frame into a
+:class:`reports.tables.Table` (rendered to Markdown, LaTeX and JSON like the paper tables;
+no bold, no markers: nothing is ranked here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis import diagnostics
+from analysis.diagnostics import PHASES, Skipped
+from analysis.stats import CI_METHODS, per_cell
+from reports.layouts import variant_label
+from reports.tables import Cell, Column, Row, Section, Table
+
+CELL_KEYS = ("backbone", "env_label", "method", "variant")
+TRAIN_SPLIT = "train"  # the writer writes on training batches only
+
+
+@dataclass(frozen=True)
+class DiagnosticSpec:
+    """A diagnostic table: its title, value columns (Column.key = the per-run column) and
+    the sentence that says what the numbers are."""
+
+    name: str
+    title: str
+    columns: tuple[Column, ...]
+    note: str
+
+
+WRITER = DiagnosticSpec(
+    "writer_reliability", "Writer reliability on failed training trajectories (ETRO Table 5)",
+    (Column("validity", "Writer", "valid output"),
+     Column("boundary_acceptance", "Boundary", "accepted"),
+     Column("exact_turn", "Boundary", "exact turn"),
+     Column("false_boundary_rate", "Boundary", "false", higher_is_better=False),
+     Column("mean_offset", "Boundary", "offset (turns)", scale=1.0, decimals=2)),
+    "valid output: 1 - writer/invalid_rate over training; accepted: the writer gives a boundary "
+    "when the trajectory has a true decisive error; exact turn: it names that turn; false: it "
+    "gives one when there is none; offset: writer turn - true turn (%, offset in turns).")
+ALIGNMENT = DiagnosticSpec(
+    "value_alignment", "Value alignment of the OPD gate (SEED review Eq. 8)",
+    (Column("gate_mean", "Gate", "mean g", scale=1.0, decimals=3),
+     Column("cov", "Cov(g, G)", "pooled", scale=1.0, decimals=4),
+     Column("cov_within_state", "Cov(g, G)", "within state", scale=1.0, decimals=4),
+     Column("spearman", "Spearman", "ρ(g, G)", scale=1.0, decimals=3)),
+    "Per run over its scored training turns: the gate g against the discounted return G; "
+    "within state: both centred within each anchor state (Eq. 8 compares actions at one "
+    "context).")
+STALENESS = DiagnosticSpec(
+    "staleness", "Writer staleness: gate discrepancy against a refreshed writer (SEED review "
+    "Eq. 14)",
+    (Column("gate_discrepancy", "Gate gap", "mean |Δg|", scale=1.0, decimals=4,
+            higher_is_better=False),
+     Column("bound", "Eq. 14", "β/4 mean |ΔΔ|", scale=1.0, decimals=4, higher_is_better=False)),
+    "Turns matched between a run and the refresh_every = 1 run of the same method, seed and β; "
+    "the two policies differ too, so the gap is staleness plus policy divergence.")
+
+
+def cost_spec(phases: Sequence[str]) -> DiagnosticSpec:
+    return DiagnosticSpec(
+        "compute_cost", "Compute cost: wall time per run by phase (s)",
+        tuple(Column(f"time/{p}_s/sum", "Phase", p, scale=1.0, decimals=1,
+                     higher_is_better=False) for p in phases)
+        + (Column("total_s", "", "total", scale=1.0, decimals=1, higher_is_better=False),),
+        "Seconds each run spent in a phase, summed over its steps (time/<phase>_s).")
+
+
+def _cells(per_run: pd.DataFrame, runs: pd.DataFrame, columns: Sequence[str],
+           ci: str) -> pd.DataFrame:
+    keys = [c for c in CELL_KEYS if c in runs.columns]
+    data = per_run.merge(runs[["run_id", "seed", *keys]], on="run_id")
+    return per_cell(data, keys, list(columns), ci=ci)
+
+
+def cell_frames(runs: pd.DataFrame, records: pd.DataFrame | None,
+                ci: str = "t") -> dict[str, pd.DataFrame | Skipped]:
+    """Spec name -> long per-cell frame (or the Skipped that says what is missing)."""
+    out: dict[str, pd.DataFrame | Skipped] = {}
+    train = None
+    if records is not None and not records.empty and "split" in records.columns:
+        train = records[records["split"] == TRAIN_SPLIT]
+    writer = diagnostics.writer_reliability(train, by=("run_id",)) if train is not None \
+        else Skipped(WRITER.name, "no per-turn training records were given")
+    if isinstance(writer, Skipped):
+        out[WRITER.name] = Skipped(WRITER.name, writer.reason)
+    else:
+        if "writer/invalid_rate/mean" in runs.columns:
+            valid = 1.0 - runs.set_index("run_id")["writer/invalid_rate/mean"]
+            writer = writer.assign(validity=writer["run_id"].map(valid))
+        cols = [c.key for c in WRITER.columns if c.key in writer.columns]
+        out[WRITER.name] = _cells(writer, runs, cols, ci)
+    align = diagnostics.value_alignment(train, by=("run_id",)) if train is not None \
+        else Skipped(ALIGNMENT.name, "no per-turn training records were given")
+    out[ALIGNMENT.name] = align if isinstance(align, Skipped) else _cells(
+        align, runs, [c.key for c in ALIGNMENT.columns], ci)
+    out[STALENESS.name] = _staleness(runs, train, ci)
+    out["family_breakdown"] = family_frame(runs, records, ci)
+    out["compute_cost"] = _cost(runs, ci)
+    return out
+
+
+def _staleness(runs, train, ci) -> pd.DataFrame | Skipped:
+    if train is None:
+        return Skipped(STALENESS.name, "no per-turn training records were given")
+    result = diagnostics.staleness(runs, train)
+    if isinstance(result, Skipped):
+        return result
+    pair = list(diagnostics.STALENESS_PAIR)
+    keys = [c for c in CELL_KEYS if c in runs.columns]
+    per_run = result.groupby([*pair, "refresh_every"], as_index=False)[
+        ["gate_discrepancy", "bound"]].mean()
+    stale = runs[[*pair, "writer.refresh_every", *(k for k in keys if k not in pair)]]
+    per_run = per_run.merge(stale.rename(columns={"writer.refresh_every": "refresh_every"}),
+                            on=[*pair, "refresh_every"])
+    if per_run.empty:
+        return Skipped(STALENESS.name, "stale runs could not be matched to their cells")
+    return per_cell(per_run, keys, ["gate_discrepancy", "bound"], ci=ci)
+
+
+def _cost(runs, ci) -> pd.DataFrame | Skipped:
+    cols = [f"time/{p}_s/sum" for p in PHASES if f"time/{p}_s/sum" in runs.columns]
+    if not cols:
+        return Skipped("compute_cost", "runs carry no time/<phase>_s metrics")
+    data = runs.assign(total_s=runs[cols].fillna(0.0).sum(axis=1))
+    data[cols] = data[cols].fillna(0.0)
+    keys = [c for c in CELL_KEYS if c in runs.columns]
+    return per_cell(data, keys, [*cols, "total_s"], ci=ci)
+
+
+def diagnostic_table(spec: DiagnosticSpec, cells: pd.DataFrame | Skipped,
+                     ci: str = "t") -> Table | Skipped:
+    """Rows: table rows in table order, one section per (env, backbone); columns: the
+    spec's columns with data."""
+    if isinstance(cells, Skipped):
+        return cells
+    from reports.figures import method_rank
+
+    columns = tuple(c for c in spec.columns if c.key in set(cells["column"]))
+    if not columns:
+        return Skipped(spec.name, "no value column has data")
+    sections = []
+    env = "env_label" if "env_label" in cells.columns else None
+    strata = [c for c in ("backbone", env) if c]
+    for keys, part in cells.groupby(strata, sort=True):
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        rows = []
+        order = part.drop_duplicates(["method", "variant"])
+        order = sorted(zip(order["method"], order["variant"]),
+                       key=lambda mv: (method_rank(mv[0]), mv[1]))
+        for method, variant in order:
+            sub = part[part["variant"] == variant].set_index("column")
+            cells_of = {c.key: Cell(float(sub.at[c.key, "mean"]), float(sub.at[c.key, "std"]),
+                                    int(sub.at[c.key, "n"]), ci_low=float(sub.at[c.key, "ci_low"]),
+                                    ci_high=float(sub.at[c.key, "ci_high"]))
+                        for c in columns if c.key in sub.index}
+            rows.append(Row((variant_label(method, variant),), cells_of))
+        title = " · ".join(str(k).rpartition("/")[2] if s == "backbone" else str(k)
+                           for s, k in zip(strata, keys))
+        sections.append(Section(title, tuple(rows)))
+    return Table(spec.name, spec.title, ("Method",), columns, tuple(sections), None,
+                 notes=(spec.note,), ci_method=CI_METHODS.get(ci, ci), bold=False)
+
+
+def specs(cells: dict) -> dict[str, DiagnosticSpec]:
+    """The specs to render, the cost spec sized to the phases with data."""
+    cost = cells.get("compute_cost")
+    phases = [p for p in PHASES if isinstance(cost, pd.DataFrame)
+              and f"time/{p}_s/sum" in set(cost["column"])]
+    return {s.name: s for s in (family_spec(), WRITER, ALIGNMENT, STALENESS, cost_spec(phases))}
+
+
+# ---------------------------------------------------------------- sensitivity
+
+
+def best_table(s, k: int = 5, ci: str = "t") -> Table:
+    """The best ``k`` cells of a sensitivity study per (env, backbone), with their params
+    and the 95% interval over seeds (cells read ``mean [low, high]``)."""
+    from analysis.sensitivity import best_cells
+    from reports.layouts import PARAM_SYMBOLS, format_value
+
+    best = best_cells(s, k)
+    heads = tuple(PARAM_SYMBOLS.get(p, p.rpartition(".")[2]) for p in s.params)
+    column = Column("final_success", "", "success")
+    sections = []
+    for (backbone, env), part in best.groupby(["backbone", "env_label"], sort=True):
+        rows = tuple(Row((variant_label(s.method, s.method), *(format_value(r[p])
+                                                               for p in s.params)),
+                         {column.key: Cell(float(r["mean"]), float(r["std"]), int(r["n"]),
+                                           ci_low=float(r["ci_low"]), ci_high=float(r["ci_high"]))})
+                     for _, r in part.iterrows())
+        sections.append(Section(f"{env} · {str(backbone).rpartition('/')[2]}", rows))
+    kind = {"curve": "one-axis grid", "heatmap": "two-axis grid", "search": "search"}[s.kind]
+    return Table(f"sensitivity_{s.method}_best",
+                 f"Best {k} cells of the {kind} over {', '.join(heads)} (%)",
+                 ("Method", *heads), (column,), tuple(sections), None,
+                 notes=("Rows sorted by mean; values rounded to 3 significant digits.",),
+                 ci_method=CI_METHODS.get(ci, ci), cell_format="ci", bold=False)
+
+
+def importance_table(s, frame: pd.DataFrame) -> Table:
+    """Param importances (Optuna fANOVA on the cell means), one section per env/backbone."""
+    from reports.layouts import PARAM_SYMBOLS
+
+    column = Column("importance", "", "importance", scale=1.0, decimals=2)
+    labels = dict(zip(s.cells["env_key"], s.cells["env_label"]))
+    sections = []
+    for (env, backbone), part in frame.groupby(["env_key", "backbone"], sort=True):
+        env = labels.get(env, env)
+        part = part.sort_values("importance", ascending=False)
+        rows = tuple(Row((PARAM_SYMBOLS.get(p, p),), {column.key: Cell(float(v))})
+                     for p, v in zip(part["param"], part["importance"]))
+        sections.append(Section(f"{env} · {str(backbone).rpartition('/')[2]}", rows))
+    return Table(f"sensitivity_{s.method}_importance",
+                 f"Param importance for {variant_label(s.method, s.method)} "
+                 "(Optuna fANOVA evaluator, seed 0, on the cell means)",
+                 ("Param",), (column,), tuple(sections), None, bold=False,
+                 describe="Cells: the share of the variance of the cell means each param "
+                          "explains (sums to 1 per section); few cells make it noisy.")
+
+
+# ---------------------------------------------------------------- aggregates (rliable)
+
+TAUS = tuple(np.round(np.linspace(0.0, 1.0, 41), 3))
+
+
+def aggregate_frames(runs: pd.DataFrame, *, baseline: str = "grpo", n_boot: int = 2000,
+                     seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame] | Skipped:
+    """Per backbone, across every env and dataset column (the tasks): each table row's IQM
+    and P(improvement over the baseline row), and its performance profile over TAUS.
+    Returns (aggregates: backbone, method, variant, n_tasks, iqm..., p_improve...;
+    profiles: backbone, method, variant, tau, fraction, low, high)."""
+    from analysis.aggregate import aggregates, performance_profile, task_scores
+    from reports.layouts import table_metrics
+
+    name = "aggregates"
+    metrics = [m.key for m in table_metrics(runs) if m.role != "avg"]
+    if not metrics or "variant" not in runs.columns:
+        return Skipped(name, "runs have no evaluation metric")
+    if runs.groupby("backbone")["variant"].nunique().max() < 2:
+        return Skipped(name, "a single table row per backbone; nothing to aggregate against")
+    methods = runs.drop_duplicates("variant").set_index("variant")["method"]
+    agg, prof = [], []
+    for backbone, part in runs.groupby("backbone", sort=True):
+        scores = task_scores(part, "variant", metrics)
+        bases = [v for v in scores if methods[v] == baseline]
+        frame = aggregates(scores, bases[0] if len(bases) == 1 else None, n_boot=n_boot,
+                           seed=seed)
+        agg.append(frame.rename(columns={"row": "variant"}).assign(backbone=backbone))
+        for variant, tasks in scores.items():
+            p = performance_profile(tasks, TAUS, n_boot=n_boot, seed=seed)
+            prof.append(p.assign(backbone=backbone, variant=variant))
+    agg_frame = pd.concat(agg, ignore_index=True)
+    prof_frame = pd.concat(prof, ignore_index=True)
+    for frame in (agg_frame, prof_frame):
+        frame["method"] = frame["variant"].map(methods)
+    return agg_frame, prof_frame
+
+
+def aggregate_table(frame: pd.DataFrame, baseline: str = "grpo") -> Table:
+    """IQM and P(improvement over the baseline) per table row, a section per backbone."""
+    from reports.figures import method_rank
+
+    iqm = Column("iqm", "Across tasks", "IQM")
+    poi = Column("p_improve", "Across tasks", f"P(> {variant_label(baseline, baseline)})",
+                 scale=1.0, decimals=2)
+    ntask = Column("n_tasks", "", "tasks", scale=1.0, decimals=0)
+    sections = []
+    for backbone, part in frame.groupby("backbone", sort=True):
+        part = part.assign(rank=[method_rank(m) for m in part["method"]]).sort_values(
+            ["rank", "variant"])
+        rows = []
+        for _, r in part.iterrows():
+            cells = {"iqm": Cell(float(r["iqm"]), ci_low=float(r["iqm_low"]),
+                                 ci_high=float(r["iqm_high"])),
+                     "n_tasks": Cell(float(r["n_tasks"]))}
+            if np.isfinite(r["p_improve"]):
+                cells["p_improve"] = Cell(float(r["p_improve"]), ci_low=float(r["p_improve_low"]),
+                                          ci_high=float(r["p_improve_high"]))
+            rows.append(Row((variant_label(r["method"], r["variant"]),), cells))
+        sections.append(Section(str(backbone).rpartition("/")[2], tuple(rows)))
+    return Table("aggregates", "Aggregates across tasks and environments (rliable)",
+                 ("Method",), (iqm, poi, ntask), tuple(sections), None, bold=False,
+                 cell_format="ci", describe=(
+                     "Tasks: every env and dataset column of the tables. IQM: interquartile "
+                     "mean of all (seed, task) scores (%); P(>): probability that a run of the "
+                     "row beats a run of the baseline on a task, averaged over shared tasks "
+                     "(0.5 = no difference). Brackets: 95% stratified percentile bootstrap "
+                     "(seeds resampled within each task)."))
+
+
+# ---------------------------------------------------------------- per-family breakdown
+
+
+def family_frame(runs: pd.DataFrame, records: pd.DataFrame | None,
+                 ci: str = "t") -> pd.DataFrame | Skipped:
+    """SEED's per-family table (Pick / Look / Clean / Heat / Cool / Pick2) for household-kind
+    envs: per run, the success rate of each family's tasks in the last evaluation of the
+    env's eval split (a ``family`` column in the records wins over the task id), then the
+    statistics over seeds per cell."""
+    from reports.envs import FAMILY_ORDER, env_info, eval_split, task_family
+
+    name = "family_breakdown"
+    if records is None or records.empty or not {"split", "task_id", "traj"} <= set(records):
+        return Skipped(name, "no per-turn evaluation records were given")
+    per_run = []
+    for _, run in runs.iterrows():
+        info = env_info(run["env"])
+        if info.kind != "household":
+            continue
+        split = eval_split(info, [c for c in runs.columns if pd.notna(run.get(c))])
+        rec = records[(records["run_id"] == run["run_id"]) & (records["split"] == split)]
+        if rec.empty:
+            continue
+        rec = rec[rec["step"] == rec["step"].max()].drop_duplicates("traj")
+        family = rec["family"] if "family" in rec.columns else \
+            rec["task_id"].map(lambda t: task_family(run["env"], t))
+        rates = rec.assign(family=family).groupby("family")["success"].mean()
+        per_run.append({"run_id": run["run_id"], **rates.to_dict(),
+                        "All": float(rec["success"].mean())})
+    if not per_run:
+        return Skipped(name, "no household-kind run has evaluation records")
+    frame = pd.DataFrame(per_run)
+    cols = [c for c in (*FAMILY_ORDER, "All") if c in frame.columns]
+    return _cells(frame, runs, cols, ci)
+
+
+def family_spec() -> DiagnosticSpec:
+    from reports.envs import FAMILY_ORDER
+
+    return DiagnosticSpec(
+        "family_breakdown", "Success by task family (SEED per-family table; %)",
+        tuple(Column(f, "Family", f) for f in FAMILY_ORDER) + (Column("All", "", "All"),),
+        "Last evaluation of the held-out panel; a family's rate is over its tasks.")

@@ -1,0 +1,50 @@
+"""analysis.curves: budget axes and bands over seeds, hand-computed."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from analysis.curves import bands, budgets, metric_curves
+from analysis.stats import t_ci
+
+
+def _hist(rows):
+    return pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
+
+
+def test_budgets_accumulate_episodes_and_tokens():
+    runs = pd.DataFrame({"run_id": ["a"], "rollout.group_size": [4],
+                         "rollout.tasks_per_step": [2]})
+    hist = _hist([("a", "train/episode_length", 1, 5.0), ("a", "train/episode_length", 2, 3.0),
+                  ("a", "perf/tokens_per_s", 1, 100.0), ("a", "time/rollout_s", 1, 2.0),
+                  ("a", "perf/tokens_per_s", 2, 50.0), ("a", "time/rollout_s", 2, 4.0)])
+    out = budgets(hist, runs).set_index("step")
+    assert out.loc[1, "env_steps"] == 40.0 and out.loc[2, "env_steps"] == 40.0 + 24.0
+    assert out.loc[1, "tokens"] == 200.0 and out.loc[2, "tokens"] == 400.0
+
+
+def test_bands_average_runs_of_a_seed_then_use_the_t_interval():
+    frame = pd.DataFrame({"label": "m", "step": 0, "seed": [0, 0, 1, 2],
+                          "value": [0.1, 0.3, 0.5, 0.6]})
+    row = bands(frame, ["label"]).iloc[0]
+    assert row["n"] == 3 and row["mean"] == pytest.approx((0.2 + 0.5 + 0.6) / 3)
+    assert (row["low"], row["high"]) == pytest.approx(t_ci([0.2, 0.5, 0.6]))
+
+
+def test_metric_curves_average_datasets_and_start_budgets_at_zero():
+    runs = pd.DataFrame({"run_id": ["a", "b"], "seed": [0, 1], "variant": "seed",
+                         "rollout.group_size": 2, "rollout.tasks_per_step": 1})
+    rows = []
+    for rid, shift in (("a", 0.0), ("b", 0.2)):
+        rows += [(rid, "eval/nq/success", 0, 0.1 + shift), (rid, "eval/popqa/success", 0, 0.3 + shift),
+                 (rid, "eval/nq/success", 1, 0.5 + shift), (rid, "eval/popqa/success", 1, 0.7 + shift),
+                 (rid, "train/episode_length", 1, 3.0)]
+    keys = pd.Series({"a": ("eval/nq/success", "eval/popqa/success"),
+                      "b": ("eval/nq/success", "eval/popqa/success")})
+    out = metric_curves(_hist(rows), runs, keys, by=["variant"]).set_index("step")
+    assert out.loc[0, "mean"] == pytest.approx(0.3) and out.loc[1, "mean"] == pytest.approx(0.7)
+    assert out.loc[0, "env_steps"] == 0.0 and out.loc[1, "env_steps"] == 6.0
+    assert out.loc[1, "n"] == 2 and math.isnan(out.loc[1, "tokens"])
