@@ -324,7 +324,7 @@ def family_frame(runs: pd.DataFrame, records: pd.DataFrame | None,
             continue
         rec = rec[rec["step"] == rec["step"].max()].drop_duplicates("traj")
         family = rec["family"] if "family" in rec.columns else \
-            rec["task_id"].map(lambda t: task_family(run["env"], t))
+            rec["task_id"].map(lambda t, env=run["env"]: task_family(env, t))
         rates = rec.assign(family=family).groupby("family")["success"].mean()
         per_run.append({"run_id": run["run_id"], **rates.to_dict(),
                         "All": float(rec["success"].mean())})

@@ -105,7 +105,7 @@ def method_rank(method: str) -> int:
 
 
 def _legend_outside(fig: Figure, axes) -> None:
-    handles, labels = {}, {}
+    handles: dict = {}
     for ax in np.ravel(axes):
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)

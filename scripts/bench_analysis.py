@@ -25,9 +25,9 @@ import argparse
 import os
 import sqlite3
 import sys
-import uuid
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

@@ -277,7 +277,7 @@ def guarded(fn, *args) -> tuple[dict, object]:
     try:
         out = fn(*args)
         return out if isinstance(out, tuple) else (out, None)
-    except Exception as exc:  # noqa: BLE001 - one failed measurement must not lose the others
+    except Exception as exc:
         traceback.print_exc()
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         status = f"{type(exc).__name__}: {first}"
@@ -348,7 +348,8 @@ def render_markdown(results: dict) -> str:
         ratio = r["step_s"] / grpo["step_s"] if grpo.get("status") == "ok" else None
         phases = " | ".join(_fmt(r["phases_s"].get(p)) for p in PHASES)
         lines.append(f"| {name} | {r['step_s']:.2f} | {_fmt(ratio)}x | {phases} | {r['rollout_tokens_per_s']:.0f} "
-                     f"| {r['train_tokens_per_s']:.0f} | {r[mem_key] / 1024:.1f} | {100 * r['lr_step_kept']:.1f}% | ok |")
+                     f"| {r['train_tokens_per_s']:.0f} | {r[mem_key] / 1024:.1f} "
+                     f"| {100 * r['lr_step_kept']:.1f}% | ok |")
     sc = results.get("scoring")
     if sc and sc.get("status") == "ok":
         lines += ["", (f"Scoring pass, `{sc['backbone']}` (no gradients): {sc['sequences']} sequences, "
@@ -434,7 +435,7 @@ def check(args: argparse.Namespace) -> dict:
         print(f"scoring {s.score_backbone}: {_summary(results['scoring'])}", flush=True)
     try:  # a store that cannot be written must not lose the measurements
         results["tracking"] = track(results, base, args.out / "mlruns.db")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         traceback.print_exc()
         results["tracking"] = f"failed: {type(exc).__name__}: {exc}"[:300]
     save(results, args.out)

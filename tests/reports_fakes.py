@@ -71,7 +71,7 @@ def study_store(study, uri: str, *, score=None, drop=(), fail=(), steps=(0, 1, 2
     the mean over 3 seeds stays the true value). Trials whose index is in ``drop`` are not logged (missing),
     those in ``fail`` end FAILED. Returns {"trials": [...], "true": {run_id: success}}.
     """
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     from sweeps.study import expand

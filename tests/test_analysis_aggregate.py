@@ -8,7 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.aggregate import aggregates, performance_profile, probability_of_improvement, task_scores
+from analysis.aggregate import (
+    aggregates,
+    performance_profile,
+    probability_of_improvement,
+    task_scores,
+)
 
 
 def test_probability_of_improvement_hand_computed():

@@ -24,8 +24,8 @@ from envs.adapters import AdapterUnavailable
 from envs.adapters.alfworld import ALFWorldEnv, parse_command, put_spellings
 from envs.adapters.alfworld_pddl import affordance_conflicts, entity_id, problem_text
 from envs.base import Task, format_response
-from envs.household.env import HouseholdEnv
 from envs.household.data import FAMILIES
+from envs.household.env import HouseholdEnv
 from envs.household.world import custom_task
 
 pytest.importorskip("textworld", reason="alfworld adapter needs `pip install alfworld \"textworld[pddl]\"`")

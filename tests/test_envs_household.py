@@ -14,9 +14,9 @@ import pytest
 
 import envs
 from envs.base import TextEnv, demo_policy, expert_policy, format_response, run_episode
-from envs.household.env import INVALID_OBSERVATION, HouseholdEnv, parse_command
 from envs.household.data import FAMILIES
 from envs.household.engine import seen_listings
+from envs.household.env import INVALID_OBSERVATION, HouseholdEnv, parse_command
 from envs.household.world import SPLIT_SIZES, combo_heldout, custom_task, layouts
 
 ROOT = Path(__file__).resolve().parents[1]

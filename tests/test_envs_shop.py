@@ -15,7 +15,6 @@ import pytest
 
 import envs
 from envs.base import expert_policy, first_unrecovered_error, format_response, run_episode
-from envs.shop.env import UNREACHABLE, ShopEnv, make_task, parse_command
 from envs.shop.catalog import (
     MAX_RESULTS,
     TYPES_BY_KEY,
@@ -26,6 +25,7 @@ from envs.shop.catalog import (
     tokenize,
     type_reward,
 )
+from envs.shop.env import UNREACHABLE, ShopEnv, make_task, parse_command
 from envs.shop.types import ProductType
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -220,7 +220,7 @@ def test_saved_tokenizer_reads_every_env_text_as_the_same_ids(env_name, tmp_path
     from trainer.context import tokenizer_corpus
     from trainer.models import load_pretrained
 
-    make_env = lambda: envs.make(env_name)  # noqa: E731
+    make_env = lambda: envs.make(env_name)
     texts = tokenizer_corpus(make_env, make_env().panel("train")[:12])
     tok = train_tokenizer(texts, 1024)
     build_tiny_model(tok, SMALL, seed=0).save_pretrained(tmp_path)

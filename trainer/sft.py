@@ -50,7 +50,8 @@ def sft(
     grad_clip: float = 1.0,
     progress=None,
 ) -> dict[str, float]:
-    """Fine-tune ``model`` in place (AdamW, :func:`warmup_cosine` schedule); returns ``{"sft/loss_first", "sft/loss_last",
+    """Fine-tune ``model`` in place (AdamW, :func:`warmup_cosine` schedule); returns
+    ``{"sft/loss_first", "sft/loss_last",
     "sft/examples", "sft/tokens"}`` (mean loss of the first and the last epoch)."""
     if not examples:
         raise ValueError("sft: no examples")

@@ -167,7 +167,6 @@ def check_bundle(cfg: RunConfig, path: Path) -> dict:
     settings, and an env fingerprint equal to the current environment's (else the policy
     would act on observations it was never trained on)."""
     import envs
-
     from trainer.context import env_factory
 
     meta = json.loads((path / BUNDLE_META).read_text())
