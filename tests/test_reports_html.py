@@ -43,7 +43,7 @@ def test_index_html_embeds_every_figure_and_table(tmp_path):
     assert page.count("<table>") == len(list(out.glob("tables/*.md")))
     assert "<code>tables/etro_table1.tex</code>" in page
     assert "<code>seed_ablation</code>: no runs of methods" in page
-    assert "<li>runs: 9</li>" in page and "hindsight report --study demo" in page
+    assert "<li>runs: 9 finished (used)" in page and "hindsight report --study demo" in page
 
 
 def test_markdown_rendering_escapes_and_keeps_pipes():
