@@ -90,11 +90,13 @@ def t_ci(values: Sequence[float], *, confidence: float = 0.95) -> tuple[float, f
 def mean_ci(values: Sequence[float], method: str = "t", *, confidence: float = 0.95,
             n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
     """The CI of the mean named by ``method`` (a key of :data:`CI_METHODS`)."""
-    if method == "t":
-        return t_ci(values, confidence=confidence)
-    if method == "bootstrap":
-        return bootstrap_ci(values, n_boot=n_boot, confidence=confidence, seed=seed)
-    raise ValueError(f"ci={method!r}; valid: {list(CI_METHODS)}")
+    intervals = {
+        "t": lambda: t_ci(values, confidence=confidence),
+        "bootstrap": lambda: bootstrap_ci(values, n_boot=n_boot, confidence=confidence, seed=seed),
+    }
+    if method not in intervals:
+        raise ValueError(f"ci={method!r}; valid: {list(CI_METHODS)}")
+    return intervals[method]()
 
 
 def iqm(values: Sequence[float] | np.ndarray) -> float:

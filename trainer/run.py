@@ -129,11 +129,10 @@ def _saved_warm_start(cfg: RunConfig, logger: RunLogger) -> str:
 
 def _sft_stages(ctx: Context, logger: RunLogger, progress: bool, cache: Path | None, cached: str | None) -> None:
     stages = ctx.cfg.stages
-    if cached is not None and stages.warm_start.checkpoint:
-        pass  # a saved warm start: its figures were logged by _saved_warm_start
-    elif cached is not None:
-        metrics = json.loads((Path(cached).parent / "metrics.json").read_text())
-        logger.log_metrics(0, {**metrics, "warm/cached": 1.0})
+    if cached is not None:  # a saved warm start logged its figures in _saved_warm_start
+        if not stages.warm_start.checkpoint:
+            metrics = json.loads((Path(cached).parent / "metrics.json").read_text())
+            logger.log_metrics(0, {**metrics, "warm/cached": 1.0})
     elif stages.warm_start.enabled:
         with _bar(progress, "warm start") as bar:
             timer = PhaseTimer()
