@@ -11,6 +11,7 @@ import torch
 from trainer.backend import (
     STOP_STRINGS,
     Generation,
+    GenerationBackend,
     TransformersBackend,
     VLLMBackend,
     make_backend,
@@ -144,6 +145,70 @@ def test_backend_greedy_batched_equals_one_by_one(tokenizer, model):
     prompts = [encode(tokenizer, c) for c in (CORPUS[0], "go", CORPUS[3][:20])]  # different lengths
     batched = backend.generate(prompts, max_new_tokens=10, temperature=0)
     assert batched == [backend.generate([p], max_new_tokens=10, temperature=0)[0] for p in prompts]
+
+
+class NoReuse(TransformersBackend):
+    """The same backend with the base class's (no-op) prefix reuse: every turn prefilled."""
+
+    reuse_prefixes = GenerationBackend.reuse_prefixes
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_reused_prefixes_give_the_same_logits_as_a_fresh_prefill(tokenizer, model, temperature):
+    """Second turn of 3 of 4 rows: rows stop at different tokens in the first call (stop
+    string "e"), so the kept cache holds positions fed after a row stopped; the next-token
+    logits of every forward pass must equal those of a fresh prefill."""
+    prompts = [encode(tokenizer, c) for c in (CORPUS[0], "go", CORPUS[3][:30], CORPUS[1][:12])]
+    extra = encode(tokenizer, "<|im_end|>\nyou see a fridge 1<|im_start|>assistant\n")
+    runs, logits = {}, {}
+    for name, backend in (("reuse", TransformersBackend(model, tokenizer)), ("fresh", NoReuse(model, tokenizer))):
+        seen = logits[name] = []
+        hook = model.register_forward_hook(lambda _m, _i, out, seen=seen: seen.append(out.logits[:, -1]))
+        try:
+            with backend.reuse_prefixes():
+                first = backend.generate(prompts, max_new_tokens=9, temperature=temperature, seed=1,
+                                         stop_strings=("e",))
+                second = [prompts[i] + first[i].token_ids + extra[: 3 + i] for i in (0, 2, 3)]
+                runs[name] = first + backend.generate(second, max_new_tokens=9, temperature=temperature,
+                                                      seed=2, stop_strings=("e",))
+        finally:
+            hook.remove()
+        if name == "reuse":
+            kept = [(len(prompts[i]), len(prompts[i]) + len(first[i].token_ids)) for i in (0, 2, 3)]
+            assert sum(lo for lo, _ in kept) <= backend.reused_tokens <= sum(hi for _, hi in kept)
+    assert len({len(g.token_ids) for g in runs["reuse"][:4]}) > 1  # rows stopped at different steps
+    assert runs["reuse"] == runs["fresh"]
+    assert len(logits["reuse"]) == len(logits["fresh"])
+    for a, b in zip(logits["reuse"], logits["fresh"]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_prompts_that_extend_no_kept_row_are_prefilled_afresh(tokenizer, model):
+    backend = TransformersBackend(model, tokenizer)
+    prompts = [encode(tokenizer, CORPUS[0]), encode(tokenizer, CORPUS[2])]
+    with backend.reuse_prefixes():
+        backend.generate(prompts, max_new_tokens=5, temperature=0)
+        other = [encode(tokenizer, CORPUS[3])]
+        assert backend.generate(other, max_new_tokens=5, temperature=0) == \
+            NoReuse(model, tokenizer).generate(other, max_new_tokens=5, temperature=0)
+    assert backend.reused_tokens == 0
+    backend.generate(prompts, max_new_tokens=5, temperature=0)  # outside the block: nothing kept
+    assert backend._kept is None
+
+
+def test_multi_turn_rollouts_are_identical_with_and_without_prefix_reuse(tokenizer, model):
+    import envs
+    from trainer.rollout import Sampling, collect
+    from trainer.samples import SampleBuilder
+
+    make_env = lambda: envs.make("household", level="small", max_turns=4)
+    env = make_env()
+    builder = SampleBuilder(tokenizer, env, "full", 2, 8192)
+    tasks = env.panel("eval_seen")[:3] * 2
+    runs = [collect(make_env, tasks, builder, backend, Sampling(8, 1.0), seed=5)
+            for backend in (TransformersBackend(model, tokenizer), NoReuse(model, tokenizer))]
+    assert [t.response_ids for t in runs[0][0]] == [t.response_ids for t in runs[1][0]]
+    assert all(len(t.episode.turns) > 1 for t in runs[0][0])
 
 
 def overfit(tokenizer, text: str, steps: int = 60) -> torch.nn.Module:

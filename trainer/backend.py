@@ -10,9 +10,10 @@ engine (GPU) and needs :meth:`GenerationBackend.sync_weights` after each update.
 from __future__ import annotations
 
 import abc
+import contextlib
 import inspect
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +61,14 @@ class GenerationBackend(abc.ABC):
     def sync_weights(self, model: PreTrainedModel) -> None:  # noqa: B027 - optional hook
         """Make the backend sample from ``model``'s current weights (no-op when the backend
         samples from the live model itself)."""
+
+    @contextlib.contextmanager
+    def reuse_prefixes(self) -> Iterator[None]:
+        """Inside the block, a prompt that extends an earlier prompt of the block plus its
+        sampled response may reuse the work done on that prefix (the multi-turn episodes of
+        one :func:`~trainer.rollout.collect` call).  Weights must not change inside the block.
+        Default: no reuse (vLLM caches prefixes itself)."""
+        yield
 
 
 def default_stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -126,6 +135,21 @@ class TransformersBackend(GenerationBackend):
         # turn materialises [B, P, V] logits (about 6 GB in bf16 for 32 prompts of 600
         # tokens with Qwen2.5's 152k vocabulary).
         self._keep_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self._reusing = False
+        self._kept: _KeptCache | None = None
+        self.reused_tokens = 0  # prompt tokens served from a kept cache (for benchmarks)
+
+    @contextlib.contextmanager
+    def reuse_prefixes(self) -> Iterator[None]:
+        """Keep each call's KV cache until the next call of the block: a turn's prompt in
+        ``full`` context is the previous prompt, its response and the new observation, so
+        only those new tokens are encoded (prefill is quadratic in the prompt length).
+        Prompts that do not all extend a kept row fall back to a fresh prefill."""
+        self._reusing, self._kept = True, None
+        try:
+            yield
+        finally:
+            self._reusing, self._kept = False, None
 
     def sync_weights(self, model: PreTrainedModel) -> None:
         self.model = model
@@ -173,13 +197,32 @@ class TransformersBackend(GenerationBackend):
     def _decode_loop(
         self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator
     ):
-        """Token-by-token decoding; returns [(token_ids, finished)] per prompt."""
-        ids, mask = left_pad(prompts, self.tokenizer.pad_token_id, self.model.device)  # [B, P]
-        cache = DynamicCache(config=self.model.config)
+        """Token-by-token decoding; returns [(token_ids, finished)] per prompt.
+
+        ``mask`` marks, per row, the cache positions that hold the row's own sequence (its
+        prompt and its sampled tokens); positions fed after a row stopped are masked out, so
+        that the cache can be kept for the next turn (:meth:`reuse_prefixes`)."""
+        device = self.model.device
+        start = self._resume(prompts) if self._reusing and len(prompts) <= self.max_batch else None
+        if start is None:
+            ids, mask = left_pad(prompts, self.tokenizer.pad_token_id, device)  # [B, P]
+            cache = DynamicCache(config=self.model.config)
+            start = _KeptCache(cache, mask, [list(p) for p in prompts])
+            step_ids, positions = ids, (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+        else:
+            step_ids, positions = start.pending_ids, start.pending_positions  # [B, S]
+        cache, mask, seqs = start.cache, start.mask, start.sequences
         tokens: list[list[int]] = [[] for _ in prompts]
         done = [False] * len(prompts)
-        step_ids, positions = ids, (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+        fed: list[bool] | None = None  # rows whose last sampled token is their own
         for _ in range(max_new_tokens):
+            if fed is not None:
+                step_ids = nxt.unsqueeze(-1)  # [B, 1]
+                positions = positions[:, -1:] + 1  # [B, 1]
+                column = torch.tensor(fed, dtype=mask.dtype, device=device).unsqueeze(-1)  # [B, 1]
+                mask = torch.cat([mask, column], dim=-1)  # [B, L+1]
+                for row in (r for r, own in enumerate(fed) if own):
+                    seqs[row].append(tokens[row][-1])
             logits = self.model(
                 input_ids=step_ids,
                 attention_mask=mask,
@@ -189,16 +232,43 @@ class TransformersBackend(GenerationBackend):
                 **self._keep_kw,
             ).logits[:, -1, :]  # [B, V]
             nxt = sample_next(logits, temperature, top_p, generator)  # [B]
+            fed = [not d for d in done]
             for row, tok in enumerate(nxt.tolist()):
                 if not done[row]:
                     tokens[row].append(tok)
                     done[row] = tok in stops or self._hit_stop_string(tokens[row], stop_strings)
             if all(done):
                 break
-            step_ids = nxt.unsqueeze(-1)  # [B, 1]
-            positions = positions[:, -1:] + 1  # [B, 1]
-            mask = torch.cat([mask, mask.new_ones((len(prompts), 1))], dim=-1)  # [B, P+t]
+        if self._reusing:
+            self._kept = _KeptCache(cache, mask, seqs)
         return list(zip(tokens, done))
+
+    def _resume(self, prompts) -> _KeptCache | None:
+        """The kept cache narrowed to the rows that ``prompts`` extend (in order), with the
+        new tokens of each prompt as the pending block; None when some prompt extends none."""
+        kept, self._kept = self._kept, None
+        if kept is None:
+            return None
+        rows, j = [], 0
+        for prompt in prompts:
+            while j < len(kept.sequences) and not _extends(prompt, kept.sequences[j]):
+                j += 1
+            if j == len(kept.sequences):
+                return None
+            rows.append(j)
+            j += 1
+        device = self.model.device
+        news = [list(p[len(kept.sequences[j]):]) for p, j in zip(prompts, rows)]
+        ids, block = left_pad(news, self.tokenizer.pad_token_id, device)  # [B, S]
+        positions = torch.zeros_like(ids)
+        for b, (new, j) in enumerate(zip(news, rows)):
+            first = len(kept.sequences[j])
+            positions[b, ids.shape[1] - len(new):] = torch.arange(first, first + len(new))
+        index = torch.tensor(rows, device=device)
+        kept.cache.reorder_cache(index)
+        self.reused_tokens += sum(len(kept.sequences[j]) for j in rows)
+        return _KeptCache(kept.cache, torch.cat([kept.mask[index], block], dim=-1),
+                          [list(p) for p in prompts], ids, positions)
 
     def _hit_stop_string(self, tokens: list[int], stop_strings: tuple[str, ...]) -> bool:
         """Whether the newest token completed a stop string (checks only the tail)."""
@@ -208,6 +278,22 @@ class TransformersBackend(GenerationBackend):
         tail = self.tokenizer.decode(tokens[-longest:])
         previous = self.tokenizer.decode(tokens[-longest:-1]) if len(tokens) > 1 else ""
         return any(s in tail and s not in previous for s in stop_strings)
+
+
+@dataclass
+class _KeptCache:
+    """A KV cache and, per row, its mask [B, L] (1 = the row's own token) and the token ids
+    those positions hold; ``pending_*`` [B, S]: tokens to feed before sampling."""
+
+    cache: DynamicCache
+    mask: torch.Tensor
+    sequences: list[list[int]]
+    pending_ids: torch.Tensor | None = None
+    pending_positions: torch.Tensor | None = None
+
+
+def _extends(prompt: Sequence[int], prefix: list[int]) -> bool:
+    return len(prompt) > len(prefix) and list(prompt[: len(prefix)]) == prefix
 
 
 class VLLMBackend(GenerationBackend):

@@ -3,6 +3,8 @@
 Every active episode's next prompt is built by the run's :class:`~trainer.samples.SampleBuilder`
 (the same builder that later scores the turn), all prompts of a turn go to the backend in
 one batched call, and each sampled response is applied with :func:`envs.base.play_turn`.
+The backend may reuse each episode's encoded prefix from turn to turn
+(:meth:`~trainer.backend.GenerationBackend.reuse_prefixes`).
 The sampled token ids are kept with the turn: they are exactly what gets scored.
 """
 
@@ -67,20 +69,21 @@ def collect(
         obs = env.reset(task)
         live.append(_Live(env, task, skill, obs, obs, [], []))
     generated, turn_index = 0, 0
-    while active := [ep for ep in live if not ep.done]:
-        prompts = [builder.rollout_prompt(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill)
-                   for ep in active]
-        outs = backend.generate(
-            prompts, max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-            top_p=sampling.top_p, seed=None if seed is None else seed + turn_index,
-        )
-        for ep, out in zip(active, outs):
-            turn, ep.last = play_turn(ep.env, ep.observation, out.text)
-            ep.turns.append(turn)
-            ep.response_ids.append(out.token_ids)
-            ep.observation = ep.last.observation
-            generated += len(out.token_ids)
-        turn_index += 1
+    with backend.reuse_prefixes():
+        while active := [ep for ep in live if not ep.done]:
+            prompts = [builder.rollout_prompt(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill)
+                       for ep in active]
+            outs = backend.generate(
+                prompts, max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+                top_p=sampling.top_p, seed=None if seed is None else seed + turn_index,
+            )
+            for ep, out in zip(active, outs):
+                turn, ep.last = play_turn(ep.env, ep.observation, out.text)
+                ep.turns.append(turn)
+                ep.response_ids.append(out.token_ids)
+                ep.observation = ep.last.observation
+                generated += len(out.token_ids)
+            turn_index += 1
     trajectories = [
         Trajectory(finish_episode(ep.task, ep.turns, ep.first_observation, ep.last), tuple(map(tuple, ep.response_ids)))
         for ep in live
