@@ -214,9 +214,9 @@ class TransformersBackend(GenerationBackend):
         cache, mask, seqs = start.cache, start.mask, start.sequences
         tokens: list[list[int]] = [[] for _ in prompts]
         done = [False] * len(prompts)
-        fed: list[bool] | None = None  # rows whose last sampled token is their own
+        nxt, fed = None, []  # last sampled tokens [B]; rows to which they belong
         for _ in range(max_new_tokens):
-            if fed is not None:
+            if nxt is not None:
                 step_ids = nxt.unsqueeze(-1)  # [B, 1]
                 positions = positions[:, -1:] + 1  # [B, 1]
                 column = torch.tensor(fed, dtype=mask.dtype, device=device).unsqueeze(-1)  # [B, 1]
