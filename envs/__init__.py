@@ -57,10 +57,14 @@ def env_options(name: str, level: str = "", show_admissible: bool | None = None,
 
 def fingerprint(env: TextEnv, tasks_per_split: int = 12) -> str:
     """A short hash of what a policy trained on ``env`` learned from: its prompts, the first
-    tasks of every split and the demonstrator's episodes on them (observations and actions).
-    A saved warm start records it; a change of the environment's texts, panels or rules
-    changes it."""
+    tasks of every split, the demonstrator's episodes on them (observations and actions) and
+    the oracle's hindsight of those episodes (the writer examples of a warm start).  A saved
+    warm start records it; a change of the environment's texts, panels, rules or oracle
+    phrasing changes it."""
     from envs.base import demo_policy
+    from envs.oracle import OracleWriter
+
+    oracle = OracleWriter(lambda: env)
 
     digest = hashlib.sha256()
     for text in (env.system_prompt(), env.domain_description()):
@@ -71,6 +75,7 @@ def fingerprint(env: TextEnv, tasks_per_split: int = 12) -> str:
             digest.update(f"{task.id}|{env.task_instruction(task)}|{episode.first_observation}".encode())
             for turn in episode.turns:
                 digest.update(f"|{turn.response}|{turn.next_observation}|{turn.reward}".encode())
+            digest.update(oracle.write(episode).raw.encode())
     return digest.hexdigest()[:16]
 
 

@@ -50,6 +50,16 @@ def test_fingerprint_moves_with_the_environment():
     assert envs.fingerprint(small) != envs.fingerprint(envs.make("household"))
 
 
+def test_fingerprint_moves_with_the_oracle_phrasing(monkeypatch):
+    """A warm start learns the writer format from the oracle's texts (writer_fraction)."""
+    import envs.oracle
+
+    small = envs.make("household", level="small")
+    before = envs.fingerprint(small)
+    monkeypatch.setattr(envs.oracle, "_SUCCESS_NOTES", ("Finished after {turns} turns (optimum {optimal}).",))
+    assert envs.fingerprint(small) != before
+
+
 def test_a_saved_warm_start_round_trips_and_is_checked_against_the_run(tmp_path):
     cfg = micro()
     ctx, metrics = train_warm_start(cfg)
