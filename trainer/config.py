@@ -657,7 +657,18 @@ def resolve(cfg: RunConfig) -> RunConfig:
                           f"{', '.join(open_keys)}; set it explicitly")
     _check_writer(out)
     _check_backbone(out)
+    _check_teacher(out, spec)
     return out
+
+
+def _check_teacher(cfg: RunConfig, spec) -> None:
+    """``algo.teacher: current`` scores the teacher inside the update; a method that routes
+    Delta through its advantages (ETRO's family, RLSD: spec ``credit``) computes them once
+    before the update, so only the old-policy teacher means anything there."""
+    if cfg.algo.teacher == "current" and spec.skills and spec.credit is not None:
+        raise ConfigError(f"algo.teacher: 'current' needs a method whose OPD is a loss term; "
+                          f"{spec.name} puts Delta into advantages computed before the update, "
+                          f"so its teacher is 'old' (set algo.teacher=old or leave it null)")
 
 
 def _check_backbone(cfg: RunConfig) -> None:

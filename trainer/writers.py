@@ -14,8 +14,9 @@ DESIGN.md, "Writers":
 * ``none``: methods without hindsight.
 
 Malformed output is never used silently: it comes back with ``valid=False`` and is counted
-(``writer/invalid_rate``); the trainer then gives that trajectory no OPD (a valid output
-without a boundary keeps Positive guidance throughout, ETRO's k = infinity).
+(``writer/invalid_rate``); the trainer then gives that trajectory no skill OPD (a valid
+output without a boundary, or whose boundary was malformed and dropped, counted in
+``writer/boundary_invalid_rate``, keeps Positive guidance throughout, ETRO's k = infinity).
 """
 
 from __future__ import annotations
