@@ -176,7 +176,7 @@ def relevant_algo_fields(method: str) -> set[str]:
             use = bool(spec.skills) and (spec.opd_loss is not None or spec.credit != "rlsd")
         elif name in ("std_mode", "adv_eps"):
             use = spec.advantage == "grpo"
-        elif name in ("clip_eps", "kl_coef", "loss_agg"):
+        elif name in ("clip_eps", "kl_coef", "loss_agg", "clip_ratio_c", "kl_clamp"):
             use = spec.uses_rl
         else:
             use = True
@@ -201,3 +201,33 @@ def test_every_resolved_algo_field_is_read_by_the_rl_step(base_ctx, restore, met
     assert not ignored, f"{method}: resolved but never read by the step: {sorted(ignored)}"
     if get_method(method).skills:
         assert "writer.kind" in reads
+
+
+def test_resume_restores_the_reference_and_the_frozen_writer_bit_for_bit(base_ctx, restore, tmp_path):
+    """start_rl(resume=checkpoint) loads the KL reference from the saved RL initialisation and
+    SEED-stale's writer snapshot from the checkpoint, not copies of the resumed policy."""
+    from trainer.checkpoint import TrainerState, rl_init_path, save_checkpoint, save_module
+    from trainer.context import frozen_writer, start_rl
+
+    ctx = variant(base_ctx, "seed_stale", "writer.kind=self", f"output.dir={tmp_path}")
+    assert ctx.reference is not None and frozen_writer(ctx) is not None
+    save_module(ctx.reference, rl_init_path(tmp_path))
+    init = copy.deepcopy(ctx.model.state_dict())
+
+    def nudge(scale):
+        with torch.no_grad():
+            for p in ctx.model.parameters():
+                p.add_(scale)
+
+    nudge(0.01)  # training moved the policy; the frozen writer refreshed to it once
+    frozen_writer(ctx).load_state_dict(ctx.model.state_dict())
+    snapshot = copy.deepcopy(frozen_writer(ctx).state_dict())
+    ckpt = save_checkpoint(tmp_path, TrainerState(step=1), ctx.model, ctx.tokenizer, ctx.optimizer,
+                           writer_snapshot=frozen_writer(ctx))
+    nudge(0.01)  # the resumed policy differs from both
+    start_rl(ctx, resume=ckpt)
+    for name, value in ctx.reference.state_dict().items():
+        assert torch.equal(value, init[name]), name
+    for name, value in frozen_writer(ctx).state_dict().items():
+        assert torch.equal(value, snapshot[name]), name
+    assert not torch.equal(next(iter(snapshot.values())), next(iter(ctx.model.state_dict().values())))

@@ -102,6 +102,18 @@ class SelfWriter:
                 return ids[-self.max_prompt_tokens:]
             chars //= 2
 
+    def frozen(self):
+        """The frozen snapshot the writer generates with (stale / refresh_every > 1), or None
+        when it writes with the live policy (refresh_every = 1)."""
+        return None if self.cfg.refresh_every == 1 else self.snapshot
+
+    def restore(self, state_path) -> None:
+        """Load a saved frozen snapshot (resume) and point the generation backend at it."""
+        from trainer.checkpoint import load_module
+
+        load_module(self.snapshot, state_path)
+        self.backend.sync_weights(self.snapshot)
+
     def on_update(self, step: int, policy) -> None:
         every = self.cfg.refresh_every
         if every == 1:
