@@ -292,25 +292,39 @@ def _as_tuple(keys) -> tuple:
 # ---------------------------------------------------------------- staleness
 
 
-STALENESS_PAIR = ("method", "env", "backbone", "seed", "algo.beta_opd")
+STALENESS_PAIR = ("env", "backbone", "seed", "algo.beta_opd")
+# Run columns that name a run or its method rather than its cell's settings.
+_NOT_CELL = ("method", "algo.method", "cell_id", "run_id", "status", "study")
+
+
+def staleness_pair_keys(runs: pd.DataFrame, refresh: str = "writer.refresh_every") -> list[str]:
+    """The columns two runs must agree on to be a staleness pair: :data:`STALENESS_PAIR` and
+    every other config param of the cell (dotted keys), except the method name, the writer
+    refresh and the run-local ``tracking.*`` / ``output.*`` settings.  So ``seed`` and
+    ``seed_stale`` pair (same cell but for the refresh), ``seed_no_sft`` does not."""
+    params = {c for c in runs.columns if "." in c and "/" not in c and c != refresh
+              and c not in _NOT_CELL and not c.startswith(("tracking.", "output."))}
+    return [*STALENESS_PAIR, *sorted(params - set(STALENESS_PAIR))]
 
 
 def staleness(runs: pd.DataFrame, records: pd.DataFrame, *, delta: str = "delta_pos",
               refresh: str = "writer.refresh_every") -> pd.DataFrame | Skipped:
     """Gate discrepancy between refreshed and stale writers, with the Eq. 14 bound.
 
-    Runs are paired when they agree on method, env, backbone, seed and beta_opd and differ in
-    ``refresh``; the reference is the most often refreshed writer (smallest refresh_every
-    >= 1; 0 means never refreshed). Within a pair, turns are matched on (step, split,
-    task_id, state_key, action), and for matched turns g = sigmoid(beta * Delta) is computed
-    from the turn-mean ``delta`` of each run. Per (pair, stale refresh_every, step):
-    n_matched, gate_discrepancy = mean |g_ref - g_stale| and bound = beta/4 * mean
-    |Delta_ref - Delta_stale| (the Lipschitz step of SEED review Eq. 14, which holds exactly
-    for these g). Caveat: the two runs' policies differ too, so this measures staleness plus
-    policy divergence; Eq. 14 holds the policy fixed.
+    Runs are paired by cell and writer refresh, not by method name: they agree on every key
+    of :func:`staleness_pair_keys` (env, backbone, seed, beta_opd and the rest of the cell's
+    config) and differ in ``refresh``; the reference is the most often refreshed writer
+    (smallest refresh_every >= 1; 0 means never refreshed). Within a pair, turns are matched
+    on (step, split, task_id, state_key, action), and for matched turns g = sigmoid(beta *
+    Delta) is computed from the turn-mean ``delta`` of each run. Per (stale run, step):
+    the :data:`STALENESS_PAIR` keys, the stale run's ``run_id`` and ``method``, the reference
+    run's ``ref_run_id``, refresh_every, n_matched, gate_discrepancy = mean |g_ref - g_stale|
+    and bound = beta/4 * mean |Delta_ref - Delta_stale| (the Lipschitz step of SEED review
+    Eq. 14, which holds exactly for these g). Caveat: the two runs' policies differ too, so
+    this measures staleness plus policy divergence; Eq. 14 holds the policy fixed.
     """
     name = "staleness"
-    skip = _need(runs, [_RUN_KEY, refresh, *STALENESS_PAIR], name) or _need(
+    skip = _need(runs, [_RUN_KEY, refresh, "method", *STALENESS_PAIR], name) or _need(
         records, [_RUN_KEY, "step", "task_id", "state_key", "action", delta], name)
     if skip:
         return skip
@@ -321,18 +335,19 @@ def staleness(runs: pd.DataFrame, records: pd.DataFrame, *, delta: str = "delta_
                              "writer and a staler one")
     turns = _turn_deltas(records, delta)
     runs = runs[runs[_RUN_KEY].isin(turns[_RUN_KEY])]
+    keys = staleness_pair_keys(runs, refresh)
     rows = []
-    for keys, group in runs.groupby(list(STALENESS_PAIR), sort=True):
+    for _, group in runs.groupby(keys, sort=True, dropna=False):
         ref = group[group[refresh] == fresh[0]]
         for _, stale in group[group[refresh] != fresh[0]].iterrows():
             for _, ref_run in ref.iterrows():
-                pair = dict(zip(STALENESS_PAIR, keys))
-                rows.extend(_stale_rows(pair, stale[refresh], turns, delta,
-                                        (ref_run[_RUN_KEY], stale[_RUN_KEY])))
+                pair = {k: stale[k] for k in STALENESS_PAIR}
+                ids = (ref_run[_RUN_KEY], stale[_RUN_KEY])
+                rows.extend(_stale_rows(pair, (stale["method"], *ids), stale[refresh], turns, delta))
     if not rows:
         return Skipped(name, "no matched turns between refreshed and stale runs")
-    return pd.DataFrame(rows, columns=[*STALENESS_PAIR, "refresh_every", "step", "n_matched",
-                                       "gate_discrepancy", "bound"])
+    return pd.DataFrame(rows, columns=[*STALENESS_PAIR, "method", "ref_run_id", _RUN_KEY, "refresh_every",
+                                       "step", "n_matched", "gate_discrepancy", "bound"])
 
 
 def _turn_deltas(records: pd.DataFrame, delta: str) -> pd.DataFrame:
@@ -341,17 +356,18 @@ def _turn_deltas(records: pd.DataFrame, delta: str) -> pd.DataFrame:
     return records.dropna(subset=[delta]).groupby(keys, as_index=False)[delta].mean()
 
 
-def _stale_rows(pair: dict, level, turns, delta: str, run_ids: tuple) -> list[tuple]:
-    """Per step: matched turns of (reference run, stale run), gate gap and Eq. 14 bound."""
+def _stale_rows(pair: dict, who: tuple, level, turns, delta: str) -> list[tuple]:
+    """Per step: matched turns of ``who`` = (stale method, reference run, stale run), gate
+    gap and Eq. 14 bound."""
     match = [c for c in turns.columns if c not in (_RUN_KEY, delta)]
-    ref, stale = (turns[turns[_RUN_KEY] == rid].drop(columns=_RUN_KEY) for rid in run_ids)
+    ref, stale = (turns[turns[_RUN_KEY] == rid].drop(columns=_RUN_KEY) for rid in who[1:])
     both = ref.merge(stale, on=match, suffixes=("_ref", "_stale"))
     beta = float(pair["algo.beta_opd"])
     rows = []
     for step, group in both.groupby("step", sort=True):
         d_ref, d_stale = group[f"{delta}_ref"].to_numpy(), group[f"{delta}_stale"].to_numpy()
         gap = np.abs(expit(beta * d_ref) - expit(beta * d_stale)).mean()
-        rows.append((*pair.values(), level, int(step), len(group), float(gap),
+        rows.append((*pair.values(), *who, level, int(step), len(group), float(gap),
                      beta / 4.0 * float(np.abs(d_ref - d_stale).mean())))
     return rows
 

@@ -106,7 +106,10 @@ class Hindsight:
 
     ``error_turn`` is the zero-based index of the first unrecovered decisive error, or
     ``None`` (k = infinity: Positive guidance throughout).  ``valid`` is False when the
-    writer's output was malformed; the trainer then applies the documented fallback.
+    writer's output was malformed (no usable Positive skill); the trainer then applies the
+    documented fallback.  ``boundary_valid`` is False when only the boundary part (error turn,
+    Negative skill) was malformed: the Positive skill is kept and ``error_turn`` is None
+    (ETRO: no valid boundary keeps Positive guidance throughout; SEED uses the skill).
     """
 
     positive_skill: str
@@ -114,6 +117,7 @@ class Hindsight:
     error_turn: int | None = None
     valid: bool = True
     raw: str = ""
+    boundary_valid: bool = True
 
 
 def first_unrecovered_error(distances: Sequence[int | None], success: bool) -> int | None:

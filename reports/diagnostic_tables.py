@@ -63,7 +63,8 @@ STALENESS = DiagnosticSpec(
     (Column("gate_discrepancy", "Gate gap", "mean |Δg|", scale=1.0, decimals=4,
             higher_is_better=False),
      Column("bound", "Eq. 14", "β/4 mean |ΔΔ|", scale=1.0, decimals=4, higher_is_better=False)),
-    "Turns matched between a run and the refresh_every = 1 run of the same method, seed and β; "
+    "Turns matched between a run and the refresh_every = 1 run of the same cell but for the "
+    "writer refresh (any method name), seed and β; "
     "the two policies differ too, so the gap is staleness plus policy divergence.")
 
 
@@ -116,13 +117,10 @@ def _staleness(runs, train, ci) -> pd.DataFrame | Skipped:
     result = diagnostics.staleness(runs, train)
     if isinstance(result, Skipped):
         return result
-    pair = list(diagnostics.STALENESS_PAIR)
     keys = [c for c in CELL_KEYS if c in runs.columns]
-    per_run = result.groupby([*pair, "refresh_every"], as_index=False)[
-        ["gate_discrepancy", "bound"]].mean()
-    stale = runs[[*pair, "writer.refresh_every", *(k for k in keys if k not in pair)]]
-    per_run = per_run.merge(stale.rename(columns={"writer.refresh_every": "refresh_every"}),
-                            on=[*pair, "refresh_every"])
+    per_run = result.groupby("run_id", as_index=False)[["gate_discrepancy", "bound"]].mean()
+    cols = ["run_id", "seed", *(k for k in keys if k != "seed")]
+    per_run = per_run.merge(runs[cols], on="run_id")  # the stale run's cell and seed
     if per_run.empty:
         return Skipped(STALENESS.name, "stale runs could not be matched to their cells")
     return per_cell(per_run, keys, ["gate_discrepancy", "bound"], ci=ci)

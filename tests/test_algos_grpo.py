@@ -122,3 +122,49 @@ def test_ppo_respects_aggregation():
     seq, _ = ppo_clip_loss(logp, logp.detach(), adv, mask, agg="seq-mean-token-mean")
     assert token.item() == pytest.approx(-(3 + 4) / 4)
     assert seq.item() == pytest.approx(-(1 + 4) / 2)
+
+
+def test_dual_clip_bounds_negative_advantages_by_c_as_verl():
+    """verl's dual clip: for A < 0 the loss is min(max(-rho A, -clip(rho) A), -c A)."""
+    ratios = torch.tensor([[10.0, 10.0, 2.0]], dtype=F64)
+    logp = ratios.log().requires_grad_()
+    adv = torch.tensor([[-1.0, 1.0, -1.0]], dtype=F64)
+    mask = torch.ones_like(ratios, dtype=torch.bool)
+    loss, metrics = ppo_clip_loss(logp, torch.zeros_like(ratios), adv, mask, clip_eps=0.2)
+    # token 0: max(10, 0.8)=10, bounded by 3 | token 1: max(-10, -1.2) = -1.2 | token 2: 2 < 3
+    assert loss.item() == pytest.approx((3.0 - 1.2 + 2.0) / 3)
+    assert metrics["dual_clip_frac"] == pytest.approx(1 / 3)
+    off, off_metrics = ppo_clip_loss(logp, torch.zeros_like(ratios), adv, mask, clip_eps=0.2, clip_ratio_c=0)
+    assert off.item() == pytest.approx((10.0 - 1.2 + 2.0) / 3) and off_metrics["dual_clip_frac"] == 0.0
+    with pytest.raises(ValueError, match="clip_ratio_c"):
+        ppo_clip_loss(logp, torch.zeros_like(ratios), adv, mask, clip_ratio_c=0.5)
+
+
+def test_kl_clamps_as_verl_low_var_kl():
+    """k3 clamped to at most 10; the log ratio to the reference clamped to +-20, so a huge
+    gap gives a finite loss and a finite (zero) gradient instead of inf / NaN."""
+    logp = torch.zeros(1, 1, dtype=F64, requires_grad=True)
+    zeros, ones = torch.zeros(1, 1, dtype=F64), torch.ones(1, 1)
+
+    def kl(ref, clamp):
+        return ppo_clip_loss(logp, logp.detach(), zeros, ones, logp_ref=torch.full((1, 1), ref, dtype=F64),
+                             kl_coef=1.0, kl_clamp=clamp)[0]
+
+    assert kl(5.0, True).item() == pytest.approx(10.0)  # e^5 - 6 = 142.4 -> 10
+    assert kl(5.0, False).item() == pytest.approx(math.exp(5) - 6)
+    huge = kl(1000.0, True)
+    (grad,) = torch.autograd.grad(huge, logp)
+    assert huge.item() == pytest.approx(10.0) and torch.isfinite(grad).all()
+    assert not math.isfinite(kl(1000.0, False).item())
+
+
+def test_policy_loss_passes_the_dual_clip_and_kl_switches():
+    from trainer.algos import LossInputs, get_method, policy_loss
+    from trainer.config import AlgoConfig
+
+    logp = torch.tensor([[math.log(10.0)]], dtype=F64, requires_grad=True)
+    inputs = LossInputs(logp=logp, logp_old=torch.zeros(1, 1, dtype=F64),
+                        advantages=-torch.ones(1, 1, dtype=F64), mask=torch.ones(1, 1, dtype=torch.bool))
+    on, _ = policy_loss(get_method("grpo"), inputs, AlgoConfig(kl_coef=0.0))
+    off, _ = policy_loss(get_method("grpo"), inputs, AlgoConfig(kl_coef=0.0, clip_ratio_c=0.0))
+    assert (on.item(), off.item()) == (pytest.approx(3.0), pytest.approx(10.0))

@@ -121,3 +121,29 @@ def test_opd_mask_excludes_rows_but_keeps_them_in_the_denominator():
     # the RL term has zero advantages, so the gradient is the OPD term's alone
     assert torch.allclose(logp.grad, expected, atol=1e-6)
     assert metrics["opd/token_frac"] == 0.5
+
+
+@pytest.mark.parametrize("method", ["seed", "grpo_opsd"])
+def test_opd_loss_follows_loss_agg_with_non_opd_tokens_in_the_denominator(method):
+    """The OPD term is aggregated by algo.loss_agg like the policy loss (SDAR follows the
+    actor's aggregation), not always by token-mean."""
+    from trainer.algos import LossInputs, get_method, policy_loss
+    from trainer.config import AlgoConfig
+
+    logp = torch.log(torch.tensor([[0.5, 0.5, 0.5], [0.25, 0.5, 0.5]], dtype=F64)).requires_grad_()
+    teacher = torch.log(torch.tensor([[0.8, 0.8, 0.8], [0.5, 0.5, 0.5]], dtype=F64))
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    opd_mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    inputs = LossInputs(logp=logp, logp_old=logp.detach(), advantages=torch.zeros(2, 3, dtype=F64),
+                        mask=mask, logp_teacher=teacher, opd_mask=opd_mask)
+    spec = get_method(method)
+    got = {}
+    for agg in ("token-mean", "seq-mean-token-mean"):
+        _, metrics = policy_loss(spec, inputs, AlgoConfig(method=method, loss_agg=agg, kl_coef=0.0))
+        got[agg] = metrics["loss/opd"]
+    # per-token OPD values on opd tokens, 0 on the others
+    delta = (teacher - logp).detach()
+    per = torch.sigmoid(5.0 * delta) * delta if method == "seed" else -delta
+    per = torch.where(opd_mask, per, torch.zeros_like(per))
+    assert got["token-mean"] == pytest.approx(per[mask].sum().item() / 4)
+    assert got["seq-mean-token-mean"] == pytest.approx((per[0].sum().item() / 3 + per[1, 0].item()) / 2)

@@ -179,3 +179,20 @@ def test_weighted_spearman_equals_spearman_of_the_expanded_sample():
     weights = rng.integers(0, 3, size=(20, 15))
     expected = [_spearman(np.repeat(x, w), np.repeat(y, w)) for w in weights]
     np.testing.assert_allclose(_weighted_spearman(x, y, weights.astype(float)), expected)
+
+
+def test_staleness_pairs_by_cell_and_refresh_not_by_method_name():
+    """seed (refresh 1) and seed_stale (refresh 0) of the same cell pair; a stale run of a
+    different cell (another lambda_opd) does not."""
+    runs = pd.DataFrame({"run_id": ["fresh", "stale", "other"], "method": ["seed", "seed_stale", "seed_stale"],
+                         "algo.method": ["seed", "seed_stale", "seed_stale"], "env": "household",
+                         "backbone": "tiny", "seed": 0, "algo.beta_opd": 5.0,
+                         "algo.lambda_opd": [0.01, 0.01, 0.5], "output.dir": ["a", "b", "c"],
+                         "writer.refresh_every": [1, 0, 0]})
+    rec = pd.DataFrame([_turn(run_id="fresh", delta_pos=0.8), _turn(run_id="stale", delta_pos=0.3),
+                        _turn(run_id="other", delta_pos=0.0)])
+    out = staleness(runs, rec)
+    assert not isinstance(out, Skipped), out
+    assert list(out["run_id"]) == ["stale"] and list(out["ref_run_id"]) == ["fresh"]
+    assert list(out["method"]) == ["seed_stale"]
+    assert out.iloc[0]["gate_discrepancy"] == pytest.approx(0.1644, abs=1e-4)

@@ -29,8 +29,8 @@ from trainer.config import (
 )
 
 DATA = Path(__file__).parent / "data"
-ALGO_KEYS = ("adv_eps, beta_opd, clip_eps, grad_clip, kl_coef, lambda_opd, loss_agg, lr, method, "
-             "minibatch_size, ppo_epochs, rlsd_bound, rlsd_decay_steps, std_mode, suffix_skill, "
+ALGO_KEYS = ("adv_eps, beta_opd, clip_eps, clip_ratio_c, grad_clip, kl_clamp, kl_coef, lambda_opd, "
+             "loss_agg, lr, method, minibatch_size, ppo_epochs, rlsd_bound, rlsd_decay_steps, std_mode, suffix_skill, "
              "suffix_weight, teacher, weight_decay")
 
 
@@ -310,3 +310,16 @@ def test_env_factory_passes_level_and_switch_to_the_env():
     assert env.panel("eval_seen")[0].id == "household/eval_seen/s0000"
     shop = env_factory(resolve(apply_overrides(RunConfig(), {"env.name": "shop"})))()
     assert shop.name == "shop"
+
+
+def test_teacher_current_is_refused_where_delta_feeds_the_advantages():
+    """ETRO's family and RLSD route Delta into advantages computed once before the update, so
+    algo.teacher=current would be resolved, logged and not run: an error instead."""
+    from trainer.config import ConfigError, RunConfig, apply_overrides, resolve
+
+    for method in ("etro", "rlsd"):
+        cfg = apply_overrides(RunConfig(), {"algo.method": method, "algo.teacher": "current"})
+        with pytest.raises(ConfigError, match="algo.teacher"):
+            resolve(cfg)
+    seed = apply_overrides(RunConfig(), {"algo.method": "seed", "algo.teacher": "old"})
+    assert resolve(seed).algo.teacher == "old"

@@ -26,7 +26,7 @@ def test_seed_table5_hyperparameters():
     base = study.base
     assert (base.rollout.group_size, base.rollout.tasks_per_step, base.stages.rl.steps) == (8, 16, 150)
     assert (base.algo.lr, base.algo.clip_eps, base.algo.kl_coef) == (1e-6, 0.2, 0.01)
-    assert (base.algo.beta_opd, base.algo.lambda_opd, base.env.max_turns) == (5.0, 0.01, 30)
+    assert (base.algo.beta_opd, base.env.max_turns) == (5.0, 30)
     assert (base.stages.skill_sft.tasks, base.stages.skill_sft.rollouts_per_task) == (180, 8)
     methods = {t.cfg.algo.method for t in expand(study)}
     assert methods == {"grpo", "seed", "seed_no_sft", "seed_stale", "seed_static"}
@@ -35,8 +35,21 @@ def test_seed_table5_hyperparameters():
 def test_etro_appendix_b_hyperparameters():
     study = load_study(EXAMPLES / "papers" / "etro_appendix_b_webshop.yaml")
     base = study.base
-    assert (base.algo.lr, base.algo.lambda_opd, base.algo.ppo_epochs, base.algo.minibatch_size) == (1e-6, 0.001, 1, 64)
+    assert (base.algo.lr, base.algo.ppo_epochs, base.algo.minibatch_size) == (1e-6, 1, 64)
     assert (base.env.max_turns, base.eval.temperature, base.stages.rl.steps) == (15, 0.4, 160)
     assert (base.writer.temperature, base.writer.top_p, base.writer.max_new_tokens) == (0.6, 0.95, 4096)
     alpha = load_study(EXAMPLES / "papers" / "etro_alpha_sweep.yaml")
     assert sorted({t.cfg.algo.suffix_weight for t in expand(alpha)}) == [0.25, 0.5, 1.0]
+
+
+@pytest.mark.parametrize("name", ["seed_table5_alfworld.yaml", "etro_appendix_b_webshop.yaml",
+                                  "etro_alpha_sweep.yaml"])
+def test_paper_studies_set_lambda_opd_per_method(name):
+    """No shared lambda_opd in a paper study's base: each method runs at its own paper value
+    (a base 0.001 made GRPO+OPSD run at ETRO's coefficient)."""
+    from trainer.algos import get_method
+    from trainer.config import resolve
+
+    for trial in expand(load_study(EXAMPLES / "papers" / name)):
+        method = trial.cfg.algo.method
+        assert resolve(trial.cfg).algo.lambda_opd == get_method(method).lambda_opd, method

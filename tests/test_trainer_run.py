@@ -85,13 +85,18 @@ def test_same_seed_gives_identical_metrics(tmp_path):
     assert values[0] == values[1]
 
 
-def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_path, monkeypatch):
+@pytest.mark.parametrize("method", ["grpo", "seed_stale"])
+def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_path, monkeypatch, method):
     """Crash in step 2 (after the step-1 checkpoint), resume: same MLflow run, steps 1..2,
-    and the same learning metrics as an uninterrupted run (optimizer and RNG restored)."""
+    and the same learning metrics as an uninterrupted run (optimizer, RNG restored), with
+    the KL reference and SEED-stale's frozen writer equal, bit for bit, to the uninterrupted
+    run's RL initialisation (not rebuilt from the resumed step-1 policy)."""
     import trainer.run as run_module
 
-    keys = ("train/success", "adv/std", "loss/total", "train/entropy")
-    reference_cfg = micro(tmp_path / "ref")
+    keys = ("train/success", "adv/std", "loss/total", "train/entropy", "ppo/kl")
+    if method == "seed_stale":
+        keys += ("writer/invalid_rate", "writer/skill_tokens")
+    reference_cfg = micro(tmp_path / "ref", f"algo.method={method}")
     reference = run_module.train(reference_cfg, progress=False)
     client = make_client(reference_cfg.tracking.uri)
     expected = {k: [m.value for m in client.get_metric_history(reference.run_id, k)] for k in keys}
@@ -104,12 +109,27 @@ def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_
             raise KeyboardInterrupt("simulated kill during step 2")
         return real(*args, **kwargs)
 
-    cfg = micro(tmp_path / "crash")
+    cfg = micro(tmp_path / "crash", f"algo.method={method}")
     monkeypatch.setattr(run_module, "update", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         run_module.train(cfg, progress=False)
     monkeypatch.setattr(run_module, "update", real)
+    contexts, real_start = [], run_module.start_rl
+
+    def spy_start(ctx, **kwargs):
+        contexts.append(ctx)
+        return real_start(ctx, **kwargs)
+
+    monkeypatch.setattr(run_module, "start_rl", spy_start)
     resumed = run_module.train(cfg, resume=True, progress=False)
+    from trainer.checkpoint import rl_init_path
+    from trainer.context import frozen_writer
+
+    init = torch.load(rl_init_path(reference_cfg.output.dir), weights_only=True)
+    restored = [contexts[0].reference] + ([frozen_writer(contexts[0])] if method == "seed_stale" else [])
+    for module in restored:
+        for name, value in module.state_dict().items():
+            assert torch.equal(value, init[name]), name
     client = make_client(cfg.tracking.uri)
     runs = client.search_runs([client.get_experiment_by_name("hindsight").experiment_id])
     assert [r.info.run_id for r in runs] == [resumed.run_id]

@@ -263,18 +263,25 @@ def test_analyzer_target_round_trips_through_the_parser():
     assert ok.valid and ok.error_turn is None and ok.negative_skill == ""
 
 
+def test_parser_flags_an_output_without_a_positive_skill():
+    text = "<positive></positive><error_turn>none</error_turn>"
+    parsed = parse_analyzer_output(text, num_turns=3)
+    assert not parsed.valid and parsed.raw == text
+
+
 @pytest.mark.parametrize(
     "text",
     [
-        "<positive></positive><error_turn>none</error_turn>",
         "<positive>p</positive><error_turn>3</error_turn><negative>n</negative>",  # turn out of range
         "<positive>p</positive><error_turn>1</error_turn><negative>none</negative>",  # no negative
         "<positive>p</positive><error_turn>two</error_turn><negative>n</negative>",
     ],
 )
-def test_parser_flags_malformed_outputs(text):
+def test_a_malformed_boundary_keeps_the_positive_skill(text):
+    """ETRO: no valid boundary -> Positive throughout; SEED: the skill whatever the tag."""
     parsed = parse_analyzer_output(text, num_turns=3)
-    assert not parsed.valid and parsed.raw == text
+    assert parsed.valid and parsed.positive_skill == "p" and parsed.raw == text
+    assert (parsed.error_turn, parsed.negative_skill, parsed.boundary_valid) == (None, "", False)
 
 
 def test_window_history_and_analyzer_drop_the_admissible_list(tokenizer):

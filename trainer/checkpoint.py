@@ -4,10 +4,13 @@ Layout under ``<output.dir>/checkpoints/step_<NNNNNN>/``::
 
     model/                 save_pretrained (safetensors) + tokenizer
     trainer_state.pt       optimizer state, RNG states, step, run id, counters
+    writer.pt              the frozen self-writer snapshot (stale / refresh_every > 1 writers)
     COMPLETE               written last: a checkpoint without it is ignored (crash-safe)
 
-``--resume`` restores the newest complete checkpoint and continues the same MLflow run at
-the same step.
+and, once per run, ``<output.dir>/checkpoints/rl_init.pt``: the policy at the start of RL
+(the KL reference).  ``--resume`` restores the newest complete checkpoint, the reference and
+the writer snapshot bit for bit (not rebuilt from the resumed policy) and continues the same
+MLflow run at the same step.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import numpy as np
 import torch
 
 STEP_PREFIX = "step_"
+RL_INIT = "rl_init.pt"
+WRITER = "writer.pt"
 
 
 @dataclass
@@ -62,8 +67,10 @@ def save_checkpoint(
     tokenizer,
     optimizer: torch.optim.Optimizer | None,
     keep: int = 2,
+    writer_snapshot: torch.nn.Module | None = None,
 ) -> Path:
-    """Write a complete checkpoint for ``state.step``; prune all but the newest ``keep``."""
+    """Write a complete checkpoint for ``state.step`` (with the frozen writer snapshot when
+    given); prune all but the newest ``keep``."""
     path = checkpoint_dir(root, state.step)
     if path.exists():
         shutil.rmtree(path)
@@ -78,6 +85,8 @@ def save_checkpoint(
         },
         path / "trainer_state.pt",
     )
+    if writer_snapshot is not None:
+        save_module(writer_snapshot, path / WRITER)
     (path / "COMPLETE").write_text("ok\n")
     for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -105,3 +114,23 @@ def load_trainer_state(path: str | Path, optimizer: torch.optim.Optimizer | None
         optimizer.load_state_dict(blob["optimizer"])
     set_rng_state(blob["rng"])
     return TrainerState(**blob["state"])
+
+
+def rl_init_path(root: str | Path) -> Path:
+    """Where the run's RL-initial policy (the KL reference) is saved."""
+    return Path(root) / "checkpoints" / RL_INIT
+
+
+def save_module(model: torch.nn.Module, path: str | Path) -> None:
+    """The exact state dict of ``model`` (tied weights included), written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(model.state_dict(), tmp)
+    tmp.replace(path)
+
+
+def load_module(model: torch.nn.Module, path: str | Path) -> None:
+    """Load a state dict written by :func:`save_module` into ``model`` (same architecture)."""
+    device = next(model.parameters()).device
+    model.load_state_dict(torch.load(Path(path), map_location=device, weights_only=True))

@@ -169,6 +169,11 @@ class AlgoConfig:
     teacher: str | None = field(default=None, metadata=_choices("old", "current"))
     # PPO ratio clip epsilon.
     clip_eps: float = field(default=0.2, metadata={"gt": 0.0, "lt": 1.0})
+    # Dual clip (verl): for negative advantages the ratio term is bounded by c * |A|; c > 1
+    # (verl's default 3), 0 = off.
+    clip_ratio_c: float = field(default=3.0, metadata={"ge": 0.0})
+    # KL clamps (verl's low_var_kl): log ratio to the reference within +-20, k3 at most 10.
+    kl_clamp: bool = True
     # beta_KL: weight of the k3 KL penalty to the reference policy.
     kl_coef: float = field(default=0.01, metadata={"ge": 0.0})
     # GRPO std normalisation: unbiased, population, or none (Dr.GRPO).
@@ -657,7 +662,18 @@ def resolve(cfg: RunConfig) -> RunConfig:
                           f"{', '.join(open_keys)}; set it explicitly")
     _check_writer(out)
     _check_backbone(out)
+    _check_teacher(out, spec)
     return out
+
+
+def _check_teacher(cfg: RunConfig, spec) -> None:
+    """``algo.teacher: current`` scores the teacher inside the update; a method that routes
+    Delta through its advantages (ETRO's family, RLSD: spec ``credit``) computes them once
+    before the update, so only the old-policy teacher means anything there."""
+    if cfg.algo.teacher == "current" and spec.credit is not None:
+        raise ConfigError(f"algo.teacher: 'current' needs a method whose OPD is a loss term; "
+                          f"{spec.name} puts Delta into advantages computed before the update, "
+                          f"so its teacher is 'old' (set algo.teacher=old or leave it null)")
 
 
 def _check_backbone(cfg: RunConfig) -> None:

@@ -12,6 +12,7 @@ import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -129,12 +130,29 @@ def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
     return ctx
 
 
-def start_rl(ctx: Context) -> None:
+def frozen_writer(ctx: Context) -> torch.nn.Module | None:
+    """The self writer's frozen snapshot (stale / refresh_every > 1), None otherwise."""
+    frozen = getattr(ctx.writer, "frozen", None)
+    return frozen() if frozen is not None else None
+
+
+def start_rl(ctx: Context, resume: Path | None = None) -> None:
     """Freeze the reference policy, build the writer and the optimizer (after the SFT
-    stages, so that the reference and the self writer start from the RL initialisation)."""
+    stages, so that the reference and the self writer start from the RL initialisation).
+
+    ``resume``: the checkpoint folder a resumed run continues from; the reference is then
+    restored from the run's saved RL initialisation (:func:`trainer.checkpoint.rl_init_path`)
+    and a frozen writer snapshot from the checkpoint, bit for bit, instead of being rebuilt
+    from the resumed policy."""
+    from trainer.checkpoint import WRITER, load_module, rl_init_path
+
     cfg = ctx.cfg
     if cfg.algo.kl_coef > 0:
         ctx.reference = copy.deepcopy(ctx.model).eval().requires_grad_(False)
+        if resume is not None and rl_init_path(cfg.output.dir).exists():  # older runs: rebuilt
+            load_module(ctx.reference, rl_init_path(cfg.output.dir))
     ctx.writer = make_writer(ctx, cfg.writer.kind if ctx.spec.skills else "none")
+    if resume is not None and frozen_writer(ctx) is not None and (Path(resume) / WRITER).exists():
+        ctx.writer.restore(Path(resume) / WRITER)
     ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=cfg.algo.lr,
                                       weight_decay=cfg.algo.weight_decay)

@@ -4,11 +4,14 @@ rollout -> write -> score (student/behaviour) -> reference -> teacher -> advanta
 update.  Everything method-specific comes from the :class:`~trainer.algos.MethodSpec` and
 the registry (``token_advantages``, ``policy_loss``); nothing here branches on names.
 
-Teacher log-probs (DESIGN.md): ``teacher: old`` scores each skill context once with the
-frozen policy before the update (ETRO, OPID); ``teacher: current`` scores the method's
-primary context with the live policy inside each minibatch (SEED, SDAR).  Both detached.
-A trajectory whose writer output was invalid gets no OPD (its Delta rows are zero and it is
-left out of ``opd_mask``); a valid one without a boundary keeps Positive throughout.
+Teacher log-probs (DESIGN.md): the resolved ``algo.teacher`` (the method's default unless
+set) decides: ``old`` scores each skill context once with the frozen policy before the
+update (ETRO, OPID); ``current`` scores the method's primary context with the live policy
+inside each minibatch (SEED, SDAR), and the Delta of the first epoch is kept for the per-turn
+records.  Both detached.  A row gets OPD for a context exactly when it has that context's
+text: the privileged context always (it never depends on a writer), the Positive skill when
+the writer's output parsed, the Negative skill when it also named a boundary; a valid
+output without a (valid) boundary keeps Positive throughout (ETRO's k = infinity).
 """
 
 from __future__ import annotations
@@ -75,23 +78,38 @@ class StepBatch:
     advantages: torch.Tensor
     logp_ref: torch.Tensor | None
     teacher: dict[str, torch.Tensor]
-    opd_rows: torch.Tensor
+    opd_rows: dict[str, torch.Tensor]
     deltas: dict[str, torch.Tensor]
     generated_tokens: int = 0
     adv_metrics: dict[str, float] = field(default_factory=dict)
 
 
-def skill_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None]:
-    """The text spliced into each trajectory's context for teacher context ``context``:
-    the writer's Positive / Negative skill or the privileged context (None = no skill)."""
+def teacher_mode(ctx: Context) -> str:
+    """The resolved ``algo.teacher`` (``old`` / ``current``): the config's value, else the
+    method's default (never the spec's own value over the config's)."""
+    teacher = ctx.cfg.algo.teacher
+    return ctx.spec.teacher if teacher is None else teacher
+
+
+def context_skills(ctx: Context, context: str, trajectories, hindsights) -> list[str | None]:
+    """Each trajectory's own text for teacher context ``context`` (None = none): the
+    privileged context whatever the writer said; the writer's Positive skill when its output
+    parsed; its Negative skill when it also named a boundary."""
     texts = []
-    for traj, h in zip(batch.trajectories, batch.hindsights or [None] * len(batch.trajectories)):
+    for traj, h in zip(trajectories, hindsights or [None] * len(trajectories)):
         if context == "privileged":
             texts.append(ctx.privileged(traj.task))
         elif h is None or not h.valid:
             texts.append(None)
         else:
-            texts.append(h.positive_skill if context == "positive" else (h.negative_skill or None))
+            texts.append((h.positive_skill if context == "positive" else h.negative_skill) or None)
+    return texts
+
+
+def skill_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None]:
+    """The text spliced into each trajectory's context for teacher context ``context``:
+    the rollout skill (Skill-GRPO) joined with :func:`context_skills` (None = no skill)."""
+    texts = context_skills(ctx, context, batch.trajectories, batch.hindsights)
     return [_join(r, s) for r, s in zip(batch.rollout_skills or [None] * len(texts), texts)]
 
 
@@ -139,15 +157,16 @@ def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
     if ctx.reference is not None:
         with timer("reference"):
             logp_ref = _score(ctx, ctx.reference, trajectories, rollout_skills)[0].logp
-    valid = [h is not None and h.valid for h in hindsights] if hindsights else [False] * len(trajectories)
+    rows = {c: torch.tensor([t is not None for t in context_skills(ctx, c, trajectories, hindsights)],
+                            device=old.logp.device) for c in spec.skills}  # context -> [B] bool
     batch = StepBatch(trajectories, group_ids, rollout_skills, hindsights, old, old.logp.new_zeros(()), logp_ref,
-                      {}, torch.tensor(valid, device=old.logp.device), {}, generated)
-    if spec.skills and spec.teacher == "old":
+                      {}, rows, {}, generated)
+    if spec.skills and teacher_mode(ctx) == "old":
         with timer("teacher"):
             for context in spec.skills:
                 batch.teacher[context] = _teacher_logp(ctx, ctx.model, batch, context, student_seq)
     for context, logp in batch.teacher.items():
-        batch.deltas[context] = (logp - old.logp) * old.mask * batch.opd_rows[:, None]  # [B, T]
+        batch.deltas[context] = (logp - old.logp) * old.mask * rows[context][:, None]  # [B, T]
     with timer("advantage"):
         batch.advantages, batch.adv_metrics = token_advantages(spec, credit_inputs(batch, step, cfg.seed), cfg.algo)
     return batch
@@ -180,10 +199,10 @@ def update(ctx: Context, batch: StepBatch, step: int, timer: PhaseTimer) -> tupl
     sums: dict[str, float] = {}
     count, finite = 0, True
     with timer("update"):
-        for _ in range(cfg.algo.ppo_epochs):
+        for epoch in range(cfg.algo.ppo_epochs):
             for start in range(0, n, size):
                 rows = order[start:start + size]
-                metrics, ok = _minibatch(ctx, batch, rows, timer)
+                metrics, ok = _minibatch(ctx, batch, rows, timer, record=epoch == 0)
                 finite &= ok
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -191,7 +210,10 @@ def update(ctx: Context, batch: StepBatch, step: int, timer: PhaseTimer) -> tupl
     return {k: v / max(count, 1) for k, v in sums.items()}, finite
 
 
-def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTimer) -> tuple[dict[str, float], bool]:
+def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTimer,
+               record: bool = False) -> tuple[dict[str, float], bool]:
+    """One PPO minibatch; ``record``: keep the current teacher's Delta of these rows in
+    ``batch.deltas`` (the per-turn records read it)."""
     cfg, spec = ctx.cfg, ctx.spec
     trajs = [batch.trajectories[i] for i in rows]
     skills = None if batch.rollout_skills is None else [batch.rollout_skills[i] for i in rows]
@@ -199,17 +221,20 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
     width = cur.logp.shape[1]
     index = torch.tensor(rows, device=cur.logp.device)
     take = lambda x: None if x is None else x[index, :width]
-    teacher = None
+    teacher, opd_mask = None, None
     if spec.skills:
         primary = spec.skills[0]
-        if spec.teacher == "current":
+        opd_mask = take(batch.old.mask * batch.opd_rows[primary][:, None])
+        if teacher_mode(ctx) == "current":
             with timer("teacher"):
                 teacher = _teacher_logp(ctx, ctx.model, batch, primary, cur_seq, rows)[:, :width]
+            if record:
+                _record_delta(batch, primary, index, torch.where(opd_mask.bool(), teacher - cur.logp.detach(), 0.0))
         else:
             teacher = take(batch.teacher[primary])
     inputs = LossInputs(logp=cur.logp, logp_old=take(batch.old.logp), advantages=take(batch.advantages),
                         mask=take(batch.old.mask), logp_ref=take(batch.logp_ref), logp_teacher=teacher,
-                        opd_mask=take(batch.old.mask * batch.opd_rows[:, None]))
+                        opd_mask=opd_mask)
     loss, metrics = policy_loss(spec, inputs, cfg.algo)
     if not torch.isfinite(loss):
         ctx.optimizer.zero_grad(set_to_none=True)
@@ -220,6 +245,12 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
         metrics["update/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.algo.grad_clip))
     ctx.optimizer.step()
     return metrics, True
+
+
+def _record_delta(batch: StepBatch, context: str, index: torch.Tensor, delta: torch.Tensor) -> None:
+    """Write the minibatch's Delta ``[b, width]`` into ``batch.deltas[context]`` ``[B, T]``."""
+    full = batch.deltas.setdefault(context, torch.zeros_like(batch.old.logp))
+    full[index, :delta.shape[1]] = delta.detach().to(full.dtype)
 
 
 def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str, float]:
@@ -241,6 +272,7 @@ def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str,
         metrics["writer/invalid_rate"] = _mean([not h.valid for h in batch.hindsights])
         metrics["writer/skill_tokens"] = _mean([len(ctx.tokenizer.encode(s)) for s in skills]) if skills else 0.0
         metrics["writer/boundary_rate"] = _mean([h.error_turn is not None for h in batch.hindsights if h.valid])
+        metrics["writer/boundary_invalid_rate"] = _mean([not h.boundary_valid for h in batch.hindsights if h.valid])
     metrics["perf/tokens_per_s"] = batch.generated_tokens / max(timer.seconds.get("rollout", 0.0), 1e-9)
     metrics["perf/peak_mem_mb"] = peak_memory_mb()
     metrics.update(timer.metrics())

@@ -20,9 +20,16 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from trainer.checkpoint import TrainerState, latest_checkpoint, load_trainer_state, save_checkpoint
+from trainer.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    load_trainer_state,
+    rl_init_path,
+    save_checkpoint,
+    save_module,
+)
 from trainer.config import RunConfig, resolve
-from trainer.context import Context, build_context, start_rl
+from trainer.context import Context, build_context, frozen_writer, start_rl
 from trainer.evaluate import evaluate_panels
 from trainer.records import build_records
 from trainer.rl import PhaseTimer, collect_batch, skill_texts, step_metrics, update
@@ -83,10 +90,12 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     if ckpt is None:
         _sft_stages(ctx, logger, progress, cache, cached)
         start_rl(ctx)
+        if ctx.reference is not None:
+            save_module(ctx.reference, rl_init_path(out))  # restored on resume
         state = TrainerState(run_id=logger.run_id)
         final = _evaluate(ctx, logger, out, 0, batch=None)
     else:
-        start_rl(ctx)
+        start_rl(ctx, resume=ckpt)
         state = load_trainer_state(ckpt, ctx.optimizer)
         state.run_id = logger.run_id
         final = {}
@@ -102,7 +111,8 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
         state.step = step
         if _due(step, cfg.output.checkpoint_every, steps):
             logger.flush()
-            save_checkpoint(out, state, ctx.model, ctx.tokenizer, ctx.optimizer, cfg.output.keep_checkpoints)
+            save_checkpoint(out, state, ctx.model, ctx.tokenizer, ctx.optimizer, cfg.output.keep_checkpoints,
+                            writer_snapshot=frozen_writer(ctx))
         bar.set_postfix(success=f"{metrics['train/success']:.2f}")
     logger.flush()
     last = latest_checkpoint(out) if cfg.output.log_checkpoints else None

@@ -441,19 +441,20 @@ def analyzer_target(hindsight: Hindsight) -> str:
 
 def parse_analyzer_output(text: str, num_turns: int) -> Hindsight:
     """Parse :data:`ANALYZER_FORMAT`.  Invalid (``valid=False``, ``raw`` kept) when the
-    positive skill is missing or empty, the error turn is not ``none`` or an integer in
-    [0, num_turns) (a missing tag counts as none), or an error turn comes without a
-    negative skill."""
+    positive skill is missing or empty.  A malformed boundary (an error turn that is not
+    ``none`` or an integer in [0, num_turns), or an error turn without a negative skill;
+    a missing tag counts as none) drops only the boundary: the Positive skill is kept with
+    ``error_turn=None`` and ``boundary_valid=False`` (the papers' fallbacks: ETRO keeps
+    Positive guidance throughout, SEED uses the skill whatever the tag)."""
     found = {k: (p.findall(text) or [None])[-1] for k, p in _TAG.items()}
     positive = (found["positive"] or "").strip()
     turn_text = (found["error_turn"] or "none").strip().lower()
     negative = (found["negative"] or "").strip()
     negative = "" if negative.lower() == "none" else negative
-    invalid = Hindsight(positive_skill="", valid=False, raw=text)
     if not positive:
-        return invalid
+        return Hindsight(positive_skill="", valid=False, raw=text)
     if turn_text == "none":
         return Hindsight(positive, negative, None, True, text)
     if not turn_text.isdigit() or int(turn_text) >= num_turns or not negative:
-        return invalid
+        return Hindsight(positive, "", None, True, text, boundary_valid=False)
     return Hindsight(positive, negative, int(turn_text), True, text)

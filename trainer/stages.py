@@ -77,7 +77,7 @@ def skill_sft(ctx: Context, progress=None) -> dict[str, float]:
     annotator = ExternalWriter(ctx.prompt_env.domain_description(), cfg.writer) if cfg.writer.endpoint \
         else OracleWriter(ctx.make_env)
     hindsights = annotator.write(trajectories)
-    pairs = [(t.episode, h) for t, h in zip(trajectories, hindsights) if h.valid]
+    pairs = [(t.episode, h) for t, h in zip(trajectories, hindsights) if h.valid and h.boundary_valid]
     metrics = {"sft/acceptance_rate": len(pairs) / max(1, len(trajectories)),
                "sft/rollout_success": sum(t.episode.success for t in trajectories) / max(1, len(trajectories))}
     if pairs:
@@ -245,7 +245,7 @@ def writer_panel(ctx: Context, size: int = WRITER_PANEL_SIZE) -> list[Trajectory
 
 def writer_validity(ctx: Context, size: int = WRITER_PANEL_SIZE) -> dict[str, float]:
     """How often the policy's own hindsight output is usable on :func:`writer_panel`:
-    ``writer/panel_valid_rate`` (parses, names a real turn, non-empty skill),
+    ``writer/panel_valid_rate`` (parses, names a real turn, non-empty skill, boundary included),
     ``writer/invalid_rate`` (its complement) and ``writer/panel_boundary_agreement`` (valid
     outputs on failed episodes whose error turn is the true first unrecovered error)."""
     from envs.base import error_turn
@@ -253,8 +253,8 @@ def writer_validity(ctx: Context, size: int = WRITER_PANEL_SIZE) -> dict[str, fl
 
     trajectories = writer_panel(ctx, size)
     hindsights = make_writer(ctx, "self").write(trajectories)
-    valid = [h.valid for h in hindsights]
-    failed = [(t, h) for t, h in zip(trajectories, hindsights) if h.valid and not t.episode.success]
+    valid = [h.valid and h.boundary_valid for h in hindsights]
+    failed = [(t, h) for t, h, ok in zip(trajectories, hindsights, valid) if ok and not t.episode.success]
     agree = sum(h.error_turn == error_turn(t.episode) for t, h in failed)
     rate = sum(valid) / max(1, len(valid))
     return {"writer/panel_valid_rate": rate, "writer/invalid_rate": 1.0 - rate,

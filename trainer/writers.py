@@ -14,8 +14,9 @@ DESIGN.md, "Writers":
 * ``none``: methods without hindsight.
 
 Malformed output is never used silently: it comes back with ``valid=False`` and is counted
-(``writer/invalid_rate``); the trainer then gives that trajectory no OPD (a valid output
-without a boundary keeps Positive guidance throughout, ETRO's k = infinity).
+(``writer/invalid_rate``); the trainer then gives that trajectory no skill OPD (a valid
+output without a boundary, or whose boundary was malformed and dropped, counted in
+``writer/boundary_invalid_rate``, keeps Positive guidance throughout, ETRO's k = infinity).
 """
 
 from __future__ import annotations
@@ -100,6 +101,18 @@ class SelfWriter:
             if len(ids) <= self.max_prompt_tokens or chars <= 40:
                 return ids[-self.max_prompt_tokens:]
             chars //= 2
+
+    def frozen(self):
+        """The frozen snapshot the writer generates with (stale / refresh_every > 1), or None
+        when it writes with the live policy (refresh_every = 1)."""
+        return None if self.cfg.refresh_every == 1 else self.snapshot
+
+    def restore(self, state_path) -> None:
+        """Load a saved frozen snapshot (resume) and point the generation backend at it."""
+        from trainer.checkpoint import load_module
+
+        load_module(self.snapshot, state_path)
+        self.backend.sync_weights(self.snapshot)
 
     def on_update(self, step: int, policy) -> None:
         every = self.cfg.refresh_every

@@ -74,6 +74,8 @@ def policy_loss(
             logp_ref=inputs.logp_ref,
             kl_coef=cfg.kl_coef,
             agg=cfg.loss_agg,
+            clip_ratio_c=cfg.clip_ratio_c,
+            kl_clamp=cfg.kl_clamp,
         )
         loss = loss + rl
         metrics["loss/rl"] = rl.detach().item()

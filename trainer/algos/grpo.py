@@ -76,12 +76,18 @@ def ppo_clip_loss(
     logp_ref: Tensor | None = None,
     kl_coef: float = 0.0,
     agg: str = "token-mean",
+    clip_ratio_c: float = 3.0,
+    kl_clamp: bool = True,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Token-level clipped PPO surrogate plus a k3 KL penalty (SEED review Eq. RL).
+    """Token-level clipped PPO surrogate plus a k3 KL penalty (SEED review Eq. RL), with
+    verl's dual clip and KL clamps (``verl/trainer/ppo/core_algos.py``).
 
     rho = exp(logp - logp_old);  L_pg = -min(rho * A, clip(rho, 1-eps, 1+eps) * A);
+    dual clip (``clip_ratio_c`` = c > 1; 0 = off): for A < 0, L_pg = min(L_pg, -c * A), so a
+    huge ratio on a negative-advantage token cannot blow the loss up (verl default c = 3);
     KL_k3 = exp(ref - logp) - (ref - logp) - 1 (low-variance, non-negative estimator of
-    KL(pi_theta || pi_ref));  loss = agg(L_pg + kl_coef * KL_k3).
+    KL(pi_theta || pi_ref)); ``kl_clamp`` (verl's ``low_var_kl``): the log ratio ref - logp
+    within +-20 and KL_k3 at most 10;  loss = agg(L_pg + kl_coef * KL_k3).
 
     Args:
         logp, logp_old, advantages, mask: ``[B, T]``; ``logp`` carries the gradient,
@@ -93,8 +99,10 @@ def ppo_clip_loss(
         ``(loss, metrics)`` with float metrics ``pg_loss``, ``clip_frac`` (share of valid
         tokens where the clipped branch is active), ``approx_kl`` (k3 of pi_old vs
         pi_theta), ``kl`` (k3 to the reference, 0 without one), ``ratio_mean``,
-        ``ratio_max``.
+        ``ratio_max``, ``dual_clip_frac`` (share of valid tokens the dual clip bounds).
     """
+    if clip_ratio_c and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c={clip_ratio_c} must be > 1 (verl: 3) or 0 to turn the dual clip off")
     if kl_coef > 0 and logp_ref is None:
         raise ValueError(f"kl_coef={kl_coef} > 0 needs logp_ref ([B, T]); pass it or set kl_coef=0")
     log_ratio = logp - logp_old.detach()
@@ -102,10 +110,19 @@ def ppo_clip_loss(
     unclipped = -ratio * advantages
     clipped = -torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
     per_token = torch.maximum(unclipped, clipped)
+    dual = torch.zeros_like(per_token, dtype=torch.bool)
+    if clip_ratio_c:
+        bound = -clip_ratio_c * advantages
+        dual = (advantages < 0) & (per_token > bound)
+        per_token = torch.where(advantages < 0, torch.minimum(per_token, bound), per_token)
     kl_tok = torch.zeros_like(logp)
     if logp_ref is not None:
         ref_gap = logp_ref.detach() - logp
+        if kl_clamp:
+            ref_gap = torch.clamp(ref_gap, -20.0, 20.0)
         kl_tok = torch.exp(ref_gap) - ref_gap - 1.0
+        if kl_clamp:
+            kl_tok = torch.clamp(kl_tok, max=10.0)
     loss = aggregate(per_token + kl_coef * kl_tok, mask, agg)
     with torch.no_grad():
         m = mask.bool()
@@ -116,6 +133,7 @@ def ppo_clip_loss(
             "kl": masked_mean(kl_tok, m).item(),
             "ratio_mean": masked_mean(ratio, m).item(),
             "ratio_max": ratio[m].max().item() if m.any() else 1.0,
+            "dual_clip_frac": masked_mean(dual.float(), m).item(),
         }
     return loss, metrics
 

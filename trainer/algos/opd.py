@@ -13,7 +13,7 @@ from torch import Tensor
 from trainer.config import AlgoConfig
 
 from .inputs import LossInputs
-from .masked import masked_mean, masked_std
+from .masked import aggregate, masked_mean, masked_std
 from .registry import register_opd_loss
 
 
@@ -32,8 +32,16 @@ def _teacher_gap(logp_student: Tensor, logp_teacher: Tensor, mask: Tensor) -> tu
     return teacher, teacher - logp_student.detach()
 
 
+def _reduce(per_token: Tensor, mask: Tensor, agg: str, agg_mask: Tensor | None) -> Tensor:
+    """``agg`` of ``per_token`` on ``mask`` over the tokens of ``agg_mask`` (default ``mask``):
+    tokens of ``agg_mask`` outside ``mask`` count as 0 (they stay in the denominator)."""
+    agg_mask = mask if agg_mask is None else agg_mask
+    return aggregate(torch.where(mask.bool(), per_token, torch.zeros_like(per_token)), agg_mask, agg)
+
+
 def seed_opd_loss(
-    logp_student: Tensor, logp_teacher: Tensor, mask: Tensor, beta: float
+    logp_student: Tensor, logp_teacher: Tensor, mask: Tensor, beta: float,
+    agg: str = "token-mean", agg_mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """SEED's confidence-gated OPD loss (SEED review Eq. 1, Algorithm 1 lines 21-25).
 
@@ -48,13 +56,15 @@ def seed_opd_loss(
         logp_teacher: ``[B, T]`` l_skill, same tokens under the skill context.
         mask: ``[B, T]`` valid action tokens.
         beta: gate sharpness beta_opd (paper: 5.0).
+        agg / agg_mask: the policy loss's aggregation (``algo.loss_agg``; SDAR follows the
+            actor's) over ``agg_mask`` ``[B, T]`` (default ``mask``); token-mean is the above.
 
     Returns:
         ``(loss, metrics)``; metrics ``gate_mean``, ``gate_std``, ``delta_mean`` over valid tokens.
     """
     teacher, delta = _teacher_gap(logp_student, logp_teacher, mask)
     gate = seed_gate(delta, beta)
-    loss = masked_mean(gate * (teacher - logp_student), mask)
+    loss = _reduce(gate * (teacher - logp_student), mask, agg, agg_mask)
     metrics = {
         "gate_mean": masked_mean(gate, mask).item(),
         "gate_std": masked_std(gate, mask).item(),
@@ -64,7 +74,8 @@ def seed_opd_loss(
 
 
 def opsd_loss(
-    logp_student: Tensor, logp_teacher: Tensor, mask: Tensor
+    logp_student: Tensor, logp_teacher: Tensor, mask: Tensor,
+    agg: str = "token-mean", agg_mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Ungated sampled-token self-distillation (OPSD, Zhao et al. 2026a; SEED review baselines).
 
@@ -79,7 +90,7 @@ def opsd_loss(
     """
     _, delta = _teacher_gap(logp_student, logp_teacher, mask)
     surrogate = -delta * (logp_student - logp_student.detach())  # value 0, grad -Delta
-    loss = masked_mean(-delta, mask) + masked_mean(surrogate, mask)
+    loss = _reduce(-delta, mask, agg, agg_mask) + _reduce(surrogate, mask, agg, agg_mask)
     metrics = {
         "delta_mean": masked_mean(delta, mask).item(),
         "reverse_kl": masked_mean(-delta, mask).item(),
@@ -93,29 +104,30 @@ def _teacher(inputs: LossInputs, who: str) -> Tensor:
     return inputs.logp_teacher
 
 
-def _on_opd_tokens(loss_fn, inputs: LossInputs, *args) -> tuple[Tensor, dict[str, float]]:
-    """Apply ``loss_fn`` on ``inputs.opd_mask`` and rescale to a token-mean over all of
-    ``inputs.mask`` (tokens without OPD stay in the denominator)."""
+def _on_opd_tokens(loss_fn, inputs: LossInputs, cfg: AlgoConfig, *args) -> tuple[Tensor, dict[str, float]]:
+    """Apply ``loss_fn`` on ``inputs.opd_mask``, aggregated like the policy loss
+    (``cfg.loss_agg``) over all of ``inputs.mask``: tokens without OPD stay in the
+    denominator (ETRO App. B.2; SDAR aggregates OPD as the actor does)."""
     mask = inputs.mask.bool()
     opd = mask if inputs.opd_mask is None else inputs.opd_mask.bool() & mask
     n_opd, n_all = opd.sum(), mask.sum().clamp(min=1)
     if n_opd == 0:
         return inputs.logp.sum() * 0.0, {"opd/token_frac": 0.0}
-    loss, m = loss_fn(inputs.logp, inputs.logp_teacher, opd, *args)
+    loss, m = loss_fn(inputs.logp, inputs.logp_teacher, opd, *args, agg=cfg.loss_agg, agg_mask=mask)
     metrics = {f"opd/{k}": v for k, v in m.items()}
     metrics["opd/token_frac"] = (n_opd / n_all).item()
-    return loss * n_opd / n_all, metrics
+    return loss, metrics
 
 
 @register_opd_loss("seed")
 def gated_opd(inputs: LossInputs, cfg: AlgoConfig) -> tuple[Tensor, dict[str, float]]:
     """SEED / SDAR gated loss, :func:`seed_opd_loss` with ``cfg.beta_opd``."""
     _teacher(inputs, "seed")
-    return _on_opd_tokens(seed_opd_loss, inputs, cfg.beta_opd)
+    return _on_opd_tokens(seed_opd_loss, inputs, cfg, cfg.beta_opd)
 
 
 @register_opd_loss("opsd")
 def ungated_opd(inputs: LossInputs, cfg: AlgoConfig) -> tuple[Tensor, dict[str, float]]:
     """OPSD / GRPO+OPSD / Skill-SD ungated loss, :func:`opsd_loss`."""
     _teacher(inputs, "opsd")
-    return _on_opd_tokens(opsd_loss, inputs)
+    return _on_opd_tokens(opsd_loss, inputs, cfg)

@@ -1,0 +1,233 @@
+"""The RL step's wiring (trainer/rl.py) on a micro tiny backbone: every switch the step reads
+does what it says (the teacher's weights, the privileged context, the config fields the
+method resolves), and every method leaves Delta in the per-turn records."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import trainer.rl as rl
+from trainer.algos import get_method
+from trainer.config import AlgoConfig, load_config, resolve
+
+MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
+
+
+@pytest.fixture(scope="module")
+def base_ctx(tmp_path_factory):
+    """One micro context (SEED with the oracle writer, so that skills exist); variants share
+    its model and tokenizer and rebuild the per-method parts."""
+    from trainer.context import build_context
+
+    out = tmp_path_factory.mktemp("rl")
+    cfg = resolve(load_config(MICRO, ["algo.method=seed", "writer.kind=oracle", f"output.dir={out}"]))
+    return build_context(cfg)
+
+
+def variant(base, method: str, *overrides: str, wrap=lambda cfg: cfg):
+    """``base`` with the resolved config of ``method`` (``wrap`` applied to it), the method's
+    spec and a fresh writer, optimizer and reference (``start_rl``)."""
+    from trainer.context import start_rl
+    from trainer.writers import PrivilegedContext
+
+    cfg = resolve(load_config(MICRO, [f"algo.method={method}", f"output.dir={base.cfg.output.dir}",
+                                      *overrides]))
+    ctx = copy.copy(base)
+    ctx.cfg = wrap(cfg)
+    ctx.spec = get_method(ctx.cfg.algo.method)  # as build_context does
+    ctx.privileged = PrivilegedContext(ctx.make_env) if "privileged" in ctx.spec.skills else None
+    start_rl(ctx)
+    return ctx
+
+
+@pytest.fixture
+def restore(base_ctx):
+    """Put the shared model's weights back after a test that updates or perturbs them."""
+    state = copy.deepcopy(base_ctx.model.state_dict())
+    yield
+    base_ctx.model.load_state_dict(state)
+
+
+def capture_losses(monkeypatch) -> list:
+    """Record the LossInputs of every minibatch the update runs."""
+    seen, real = [], rl.policy_loss
+
+    def spy(spec, inputs, cfg):
+        seen.append(inputs)
+        return real(spec, inputs, cfg)
+
+    monkeypatch.setattr(rl, "policy_loss", spy)
+    return seen
+
+
+@pytest.mark.parametrize("teacher", ["old", "current"])
+def test_teacher_logprobs_come_from_the_chosen_weights(base_ctx, restore, monkeypatch, teacher):
+    """``algo.teacher`` is honoured whatever the method's default (SEED's is current): old =
+    the weights the batch was collected with, current = the live weights of the update."""
+    ctx = variant(base_ctx, "seed", "writer.kind=oracle", f"algo.teacher={teacher}")
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    assert batch.opd_rows["positive"].any()
+    student_seq = rl._score(ctx, ctx.model, batch.trajectories, batch.rollout_skills)[1]
+    at_collection = rl._teacher_logp(ctx, ctx.model, batch, "positive", student_seq)
+    with torch.no_grad():  # the policy moves between collection and the update
+        for p in ctx.model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    live = rl._teacher_logp(ctx, ctx.model, batch, "positive", student_seq)
+    mask = batch.old.mask.bool()
+    assert not torch.allclose(at_collection[mask], live[mask])
+    seen = capture_losses(monkeypatch)
+    rl.update(ctx, batch, 1, rl.PhaseTimer())
+    order = list(range(len(batch.trajectories)))  # the update's minibatch order
+    random.Random(f"mb:{ctx.cfg.seed}:1").shuffle(order)
+    expected = (at_collection if teacher == "old" else live)[order]
+    mask = mask[order]
+    got = seen[0].logp_teacher
+    width = got.shape[1]
+    torch.testing.assert_close(got[mask[:, :width]], expected[:, :width][mask[:, :width]])
+
+
+@pytest.mark.parametrize("method", ["seed", "grpo_opsd", "etro"])
+def test_every_method_records_delta_and_gate_per_turn(base_ctx, restore, method):
+    """Current-teacher methods (SEED, GRPO+OPSD) keep the Delta their loss used, so the
+    value-alignment and staleness diagnostics can run on them as on ETRO."""
+    from trainer.records import build_records
+
+    ctx = variant(base_ctx, method, "writer.kind=oracle")
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    rl.update(ctx, batch, 1, rl.PhaseTimer())
+    primary = ctx.spec.skills[0]
+    assert primary in batch.deltas and batch.deltas[primary].abs().sum() > 0
+    frame = build_records(1, "train", batch.trajectories, batch.group_ids, batch.hindsights,
+                          batch.deltas, batch.old.turn_ids, batch.old.mask, ctx.cfg.algo.beta_opd)
+    assert frame["gate_mean"].notna().any()
+    if primary == "positive":
+        assert frame["delta_pos"].notna().any()
+
+
+def test_privileged_context_methods_never_depend_on_the_writer(base_ctx, restore, monkeypatch):
+    """GRPO+OPSD with a writer whose every output is malformed still distils from the
+    privileged context on every trajectory."""
+    ctx = variant(base_ctx, "grpo_opsd", "writer.kind=none")
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    assert not any(h.valid for h in batch.hindsights)
+    assert bool(batch.opd_rows["privileged"].all())
+    seen = capture_losses(monkeypatch)
+    rl.update(ctx, batch, 1, rl.PhaseTimer())
+    torch.testing.assert_close(seen[0].opd_mask.float(), seen[0].mask.float())
+
+
+def test_a_malformed_boundary_keeps_positive_opd_for_every_method(base_ctx):
+    """A writer output whose boundary is malformed keeps its Positive skill (SEED, ETRO's
+    Positive-throughout fallback) but has no Negative one."""
+    from trainer.samples import parse_analyzer_output
+
+    ctx = variant(base_ctx, "etro", "writer.kind=oracle")
+    h = parse_analyzer_output("<positive>p</positive><error_turn>9</error_turn><negative>n</negative>", 3)
+    trajs = [type("T", (), {"task": None})()]
+    assert rl.context_skills(ctx, "positive", trajs, [h]) == ["p"]
+    assert rl.context_skills(ctx, "negative", trajs, [h]) == [None]
+
+
+# --- every config field the trainer resolves for a method is read by the step ------------
+
+# Functions whose reads do not count as use: they copy, print or resolve the config.
+NOT_USE = {"resolve_algo", "resolve", "replace", "flatten", "to_dict", "_plain", "__repr__", "__eq__",
+           "__hash__", "fields", "asdict", "canonical_json", "apply_overrides", "_fields"}
+
+
+def tracked(cfg, reads: set, prefix: str = ""):
+    """A copy of the config tree whose field reads (outside :data:`NOT_USE`) land in ``reads``
+    as dotted keys."""
+    values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    values = {k: tracked(v, reads, f"{prefix}{k}.") if dataclasses.is_dataclass(v) else v
+              for k, v in values.items()}
+    cls = type(cfg)
+
+    def getattribute(self, name):
+        if name in cls.__dataclass_fields__ and sys._getframe(1).f_code.co_name not in NOT_USE:
+            reads.add(prefix + name)
+        return object.__getattribute__(self, name)
+
+    return type(f"Tracked{cls.__name__}", (cls,), {"__getattribute__": getattribute})(**values)
+
+
+def relevant_algo_fields(method: str) -> set[str]:
+    """The ``algo`` fields that change what one RL step of ``method`` does."""
+    spec = get_method(method)
+    keep = set()
+    for f in dataclasses.fields(AlgoConfig):
+        name = f.name
+        if name in ("suffix_weight",):
+            use = spec.credit in ("etro",)
+        elif name == "suffix_skill":
+            use = spec.credit is not None and spec.credit.startswith("etro")
+        elif name.startswith("rlsd_"):
+            use = spec.credit == "rlsd"
+        elif name == "beta_opd":
+            use = spec.opd_loss == "seed"
+        elif name in ("lambda_opd", "teacher"):
+            use = bool(spec.skills) and (spec.opd_loss is not None or spec.credit != "rlsd")
+        elif name in ("std_mode", "adv_eps"):
+            use = spec.advantage == "grpo"
+        elif name in ("clip_eps", "kl_coef", "loss_agg", "clip_ratio_c", "kl_clamp"):
+            use = spec.uses_rl
+        else:
+            use = True
+        if use:
+            keep.add(f"algo.{name}")
+    return keep
+
+
+@pytest.mark.parametrize("method, extra", [
+    ("grpo", ()), ("seed", ()), ("seed", ("algo.teacher=old",)), ("etro", ()), ("grpo_opsd", ()),
+    ("rlsd", ()),
+])
+def test_every_resolved_algo_field_is_read_by_the_rl_step(base_ctx, restore, method, extra):
+    """Walk the config fields one RL step reads (start_rl, collect, update): a field that is
+    resolved for the method but never read outside the resolution (e.g. ``algo.teacher``
+    before it was honoured) fails here."""
+    reads: set[str] = set()
+    ctx = variant(base_ctx, method, "writer.kind=oracle", *extra, wrap=lambda cfg: tracked(cfg, reads))
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    rl.update(ctx, batch, 1, rl.PhaseTimer())
+    ignored = relevant_algo_fields(method) - reads
+    assert not ignored, f"{method}: resolved but never read by the step: {sorted(ignored)}"
+    if get_method(method).skills:
+        assert "writer.kind" in reads
+
+
+def test_resume_restores_the_reference_and_the_frozen_writer_bit_for_bit(base_ctx, restore, tmp_path):
+    """start_rl(resume=checkpoint) loads the KL reference from the saved RL initialisation and
+    SEED-stale's writer snapshot from the checkpoint, not copies of the resumed policy."""
+    from trainer.checkpoint import TrainerState, rl_init_path, save_checkpoint, save_module
+    from trainer.context import frozen_writer, start_rl
+
+    ctx = variant(base_ctx, "seed_stale", "writer.kind=self", f"output.dir={tmp_path}")
+    assert ctx.reference is not None and frozen_writer(ctx) is not None
+    save_module(ctx.reference, rl_init_path(tmp_path))
+    init = copy.deepcopy(ctx.model.state_dict())
+
+    def nudge(scale):
+        with torch.no_grad():
+            for p in ctx.model.parameters():
+                p.add_(scale)
+
+    nudge(0.01)  # training moved the policy; the frozen writer refreshed to it once
+    frozen_writer(ctx).load_state_dict(ctx.model.state_dict())
+    snapshot = copy.deepcopy(frozen_writer(ctx).state_dict())
+    ckpt = save_checkpoint(tmp_path, TrainerState(step=1), ctx.model, ctx.tokenizer, ctx.optimizer,
+                           writer_snapshot=frozen_writer(ctx))
+    nudge(0.01)  # the resumed policy differs from both
+    start_rl(ctx, resume=ckpt)
+    for name, value in ctx.reference.state_dict().items():
+        assert torch.equal(value, init[name]), name
+    for name, value in frozen_writer(ctx).state_dict().items():
+        assert torch.equal(value, snapshot[name]), name
+    assert not torch.equal(next(iter(snapshot.values())), next(iter(ctx.model.state_dict().values())))
