@@ -194,6 +194,10 @@ def test_prompts_that_extend_no_kept_row_are_prefilled_afresh(tokenizer, model):
     assert backend.reused_tokens == 0
     backend.generate(prompts, max_new_tokens=5, temperature=0)  # outside the block: nothing kept
     assert backend._kept is None
+    chunked = TransformersBackend(model, tokenizer, max_batch=1)  # a call of 2 chunks keeps nothing
+    with chunked.reuse_prefixes():
+        chunked.generate(prompts, max_new_tokens=5, temperature=0)
+        assert chunked._kept is None
 
 
 def test_multi_turn_rollouts_are_identical_with_and_without_prefix_reuse(tokenizer, model):

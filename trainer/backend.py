@@ -173,37 +173,41 @@ class TransformersBackend(GenerationBackend):
         generator = None
         if seed is not None:
             generator = torch.Generator(device=self.model.device).manual_seed(seed)
+        # A kept cache covers one chunk: a call split into chunks is prefilled afresh.
+        keep = self._reusing and len(prompts) <= self.max_batch
+        if not keep:
+            self._kept = None
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch):
             chunk = prompts[start : start + self.max_batch]
             out += self._generate_chunk(
-                chunk, max_new_tokens, temperature, top_p, tuple(stop_strings), stops, generator
+                chunk, max_new_tokens, temperature, top_p, tuple(stop_strings), stops, generator, keep
             )
         return out
 
     def _generate_chunk(
-        self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator
+        self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator, keep
     ):
         was_training = self.model.training
         self.model.eval()
         try:
             rows = self._decode_loop(
-                prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator
+                prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator, keep
             )
         finally:
             self.model.train(was_training)
         return [Generation(ids, self.tokenizer.decode(ids), done) for ids, done in rows]
 
     def _decode_loop(
-        self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator
+        self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator, keep
     ):
         """Token-by-token decoding; returns [(token_ids, finished)] per prompt.
 
         ``mask`` marks, per row, the cache positions that hold the row's own sequence (its
         prompt and its sampled tokens); positions fed after a row stopped are masked out, so
-        that the cache can be kept for the next turn (:meth:`reuse_prefixes`)."""
+        that the cache can be kept for the next turn (``keep``, :meth:`reuse_prefixes`)."""
         device = self.model.device
-        start = self._resume(prompts) if self._reusing and len(prompts) <= self.max_batch else None
+        start = self._resume(prompts) if keep else None
         if start is None:
             ids, mask = left_pad(prompts, self.tokenizer.pad_token_id, device)  # [B, P]
             cache = DynamicCache(config=self.model.config)
@@ -239,7 +243,7 @@ class TransformersBackend(GenerationBackend):
                     done[row] = tok in stops or self._hit_stop_string(tokens[row], stop_strings)
             if all(done):
                 break
-        if self._reusing:
+        if keep:
             self._kept = _KeptCache(cache, mask, seqs)
         return list(zip(tokens, done))
 
