@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(metrics, indent=1))
     evaluation = evaluate_policy(ctx, args.eval_tasks)
     evaluation.update({k.removeprefix("writer/"): v for k, v in writer_validity(ctx).items()})
+    evaluation["writer_max_new_tokens"] = cfg.writer.max_new_tokens  # the panel's budget
     print(json.dumps(evaluation, indent=1))
     path = save_bundle(ctx, Path(args.out), metrics, evaluation)
     print(f"saved {path}")

@@ -137,8 +137,9 @@ class WriterConfig:
     temperature: float = field(default=0.6, metadata={"ge": 0.0})
     # Nucleus-sampling mass of the writer.
     top_p: float = field(default=0.95, metadata={"gt": 0.0, "le": 1.0})
-    # Token budget of one written hindsight.
-    max_new_tokens: int = field(default=96, metadata={"ge": 1})
+    # Token budget of one written hindsight (generation stops at end of text first); it must
+    # hold what the writer imitates: the built-in oracle's annotations run to 300 tokens.
+    max_new_tokens: int = field(default=320, metadata={"ge": 1})
     # External writer: chat-completions base URL, model name and the env var with the key.
     endpoint: str = ""
     # External writer: the model name sent to the endpoint.
