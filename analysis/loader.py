@@ -250,9 +250,11 @@ def _histories_sql(db: str, run_ids: Sequence[str], keys: Sequence[str]) -> pd.D
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         for start in range(0, len(run_ids), _SQL_CHUNK):
             chunk = list(run_ids[start:start + _SQL_CHUNK])
+            # "+key": look rows up by run (index on run_uuid), not by key: the primary key
+            # index starts with the key and walks every run of the store holding that key.
             sql = ("SELECT run_uuid AS run_id, key, step, timestamp, "
                    "CASE WHEN is_nan THEN NULL ELSE value END AS value FROM metrics "
-                   f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) AND key IN ({key_marks})")
+                   f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) AND +key IN ({key_marks})")
             frames.append(pd.read_sql_query(sql, conn, params=[*chunk, *keys]))
     frame = pd.concat(frames, ignore_index=True)
     return frame.astype({"value": float, "step": "int64"})
