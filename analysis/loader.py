@@ -99,9 +99,10 @@ def load_records(tracking_uri: str, run_ids: Sequence[str], *,
 
     Only ``records/step_<NNNNNN>.parquet`` artifacts are read; ``steps`` restricts them to
     those step numbers. Artifact roots are resolved with one query per chunk of runs (the
-    ``runs`` table of a sqlite store, else ``search_runs``); local (``file:``) roots are read in place, others are downloaded to a temporary
-    folder first. Runs without records contribute nothing; the result is an empty frame
-    (with just ``run_id``) when no run has any.
+    ``runs`` table of a sqlite store, else ``search_runs``); local (``file:``) roots are
+    read in place, others are downloaded to a temporary folder first. Runs without records
+    contribute nothing; the result is an empty frame (with just ``run_id``) when no run has
+    any.
     """
     wanted = None if steps is None else {int(s) for s in steps}
     db = _sqlite_path(tracking_uri)
