@@ -222,30 +222,49 @@ def _resample_rhos(x, y, codes, pick) -> np.ndarray:
     return _weighted_spearman(x, y, counts[:, codes].astype(float))  # weights [b, n_turns]
 
 
+def _value_weights(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct value of ``x`` (ascending), its total weight in each row.
+
+    ``x``: [n]; ``weights``: [B, n]. Returns ``per_value`` [B, U] and ``inverse`` [n] (the
+    index of x[i] among the U distinct values). One sort and one ``reduceat`` over the
+    columns grouped by value (no ``np.add.at``, which is slow on [B, n])."""
+    values, inverse = np.unique(x, return_inverse=True)  # [U], [n]
+    order = np.argsort(inverse, kind="stable")
+    starts = np.searchsorted(inverse[order], np.arange(values.size))  # every value occurs
+    return np.add.reduceat(weights[:, order], starts, axis=1), inverse
+
+
 def _weighted_ranks(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Average ranks (1-based, ties averaged) of x inside each row's expanded sample.
 
     ``x``: [n]; ``weights``: [B, n] non-negative integer multiplicities. Returns [B, n]:
     the rank each value would get in the sample that repeats x[i] weights[b, i] times.
     """
-    values, inverse = np.unique(x, return_inverse=True)  # [U], [n]
-    per_value = np.zeros((weights.shape[0], values.size))  # [B, U]
-    np.add.at(per_value.T, inverse, weights.T)
+    per_value, inverse = _value_weights(x, weights)  # [B, U]
     below = np.cumsum(per_value, axis=1) - per_value  # weight strictly below each value
     return (below + (per_value + 1.0) / 2.0)[:, inverse]  # [B, n]
 
 
 def _weighted_spearman(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Spearman rho of each row's expanded sample; [B]; NaN when a side is constant."""
-    rx, ry = _weighted_ranks(x, weights), _weighted_ranks(y, weights)
-    total = weights.sum(axis=1, keepdims=True)  # [B, 1]
-    dx = rx - (weights * rx).sum(axis=1, keepdims=True) / total
-    dy = ry - (weights * ry).sum(axis=1, keepdims=True) / total
-    cov = (weights * dx * dy).sum(axis=1)
-    var = (weights * dx * dx).sum(axis=1) * (weights * dy * dy).sum(axis=1)
+    """Spearman rho of each row's expanded sample; [B]; NaN when a side is constant.
+
+    In a sample of N values the average ranks have mean (N + 1) / 2 and sum of squared
+    deviations (N^3 - N - sum_ties (t^3 - t)) / 12 (t: the size of a group of equal values),
+    so only the cross term sum_i w_i rx_i ry_i needs a pass over [B, n]."""
+    total = weights.sum(axis=1)  # [B] = N
+    half = (total + 1.0) / 2.0
+    ranks, ties = [], []
+    for v in (x, y):
+        per_value, inverse = _value_weights(v, weights)  # [B, U]
+        below = np.cumsum(per_value, axis=1) - per_value
+        ranks.append((below + (per_value + 1.0) / 2.0)[:, inverse])  # [B, n]
+        ties.append((per_value ** 3 - per_value).sum(axis=1))
+    cov = ((weights * ranks[0]) * ranks[1]).sum(axis=1) - total * half * half
+    cube = total ** 3 - total
+    var = ((cube - ties[0]) / 12.0) * ((cube - ties[1]) / 12.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         rho = cov / np.sqrt(var)
-    return np.where((var > 1e-12) & (total[:, 0] >= 3), rho, np.nan)
+    return np.where((var > 1e-12) & (total >= 3), rho, np.nan)
 
 
 # ---------------------------------------------------------------- value alignment

@@ -98,13 +98,16 @@ def load_records(tracking_uri: str, run_ids: Sequence[str], *,
     """Per-turn records of the given runs, concatenated, with a leading ``run_id`` column.
 
     Only ``records/step_<NNNNNN>.parquet`` artifacts are read; ``steps`` restricts them to
-    those step numbers. Artifact roots are resolved with one ``search_runs`` per chunk of
-    runs; local (``file:``) roots are read in place, others are downloaded to a temporary
-    folder first. Runs without records contribute nothing; the result is an empty frame
-    (with just ``run_id``) when no run has any.
+    those step numbers. Artifact roots are resolved with one query per chunk of runs (the
+    ``runs`` table of a sqlite store, else ``search_runs``); local (``file:``) roots are
+    read in place, others are downloaded to a temporary folder first. Runs without records
+    contribute nothing; the result is an empty frame (with just ``run_id``) when no run has
+    any.
     """
     wanted = None if steps is None else {int(s) for s in steps}
-    roots = _artifact_roots(MlflowClient(tracking_uri), run_ids)
+    db = _sqlite_path(tracking_uri)
+    roots = (_artifact_roots_sql(db, run_ids) if db is not None
+             else _artifact_roots(MlflowClient(tracking_uri), run_ids))
     parts = []
     with tempfile.TemporaryDirectory(prefix="hindsight-records-") as tmp:
         for run_id in run_ids:
@@ -248,9 +251,11 @@ def _histories_sql(db: str, run_ids: Sequence[str], keys: Sequence[str]) -> pd.D
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         for start in range(0, len(run_ids), _SQL_CHUNK):
             chunk = list(run_ids[start:start + _SQL_CHUNK])
+            # "+key": look rows up by run (index on run_uuid), not by key: the primary key
+            # index starts with the key and walks every run of the store holding that key.
             sql = ("SELECT run_uuid AS run_id, key, step, timestamp, "
                    "CASE WHEN is_nan THEN NULL ELSE value END AS value FROM metrics "
-                   f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) AND key IN ({key_marks})")
+                   f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) AND +key IN ({key_marks})")
             frames.append(pd.read_sql_query(sql, conn, params=[*chunk, *keys]))
     frame = pd.concat(frames, ignore_index=True)
     return frame.astype({"value": float, "step": "int64"})
@@ -277,6 +282,23 @@ def _artifact_roots(client: MlflowClient, run_ids: Sequence[str]) -> dict[str, s
         for run in client.search_runs(experiment_ids, f"attributes.run_id IN ({chunk})",
                                       max_results=_SQL_CHUNK):
             roots[run.info.run_id] = run.info.artifact_uri
+    missing = [r for r in run_ids if r not in roots]
+    if missing:
+        raise ValueError(f"run ids {missing[:5]} not found in the tracking store")
+    return roots
+
+
+def _artifact_roots_sql(db: str, run_ids: Sequence[str]) -> dict[str, str]:
+    """run_id -> artifact URI read from the ``runs`` table (read-only, one query per chunk):
+    ``search_runs`` would build every run's params, tags and metrics just for this column,
+    which is most of the time of loading the records of a 10,000-run study."""
+    roots: dict[str, str] = {}
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        for start in range(0, len(run_ids), _SQL_CHUNK):
+            chunk = list(run_ids[start:start + _SQL_CHUNK])
+            rows = conn.execute("SELECT run_uuid, artifact_uri FROM runs WHERE run_uuid IN "
+                                f"({','.join('?' * len(chunk))})", chunk)
+            roots.update(rows)
     missing = [r for r in run_ids if r not in roots]
     if missing:
         raise ValueError(f"run ids {missing[:5]} not found in the tracking store")

@@ -312,12 +312,16 @@ def family_frame(runs: pd.DataFrame, records: pd.DataFrame | None,
     if records is None or records.empty or not {"split", "task_id", "traj"} <= set(records):
         return Skipped(name, "no per-turn evaluation records were given")
     per_run = []
-    for _, run in runs.iterrows():
+    # Records are split by run once (not filtered per run: that scanned every record for
+    # each of a study's runs); runs without records contribute nothing.
+    by_run = dict(tuple(records.groupby("run_id", sort=False)))
+    for _, run in runs[runs["run_id"].isin(list(by_run))].iterrows():
         info = env_info(run["env"])
         if info.kind != "household":
             continue
         split = eval_split(info, [c for c in runs.columns if pd.notna(run.get(c))])
-        rec = records[(records["run_id"] == run["run_id"]) & (records["split"] == split)]
+        rec = by_run[run["run_id"]]
+        rec = rec[rec["split"] == split]
         if rec.empty:
             continue
         rec = rec[rec["step"] == rec["step"].max()].drop_duplicates("traj")

@@ -14,6 +14,7 @@ returns the :class:`~analysis.diagnostics.Skipped` it was given / that explains 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -98,10 +99,16 @@ def styles(labels: Sequence[str]) -> dict[str, dict]:
 
 def method_rank(method: str) -> int:
     """Table order: methods in the order the paper layouts list them, others after."""
+    order = _method_order()
+    return order.get(method, len(order))
+
+
+@functools.cache
+def _method_order() -> dict[str, int]:
     from reports.layouts import LAYOUTS
 
-    order = list(dict.fromkeys(m for layout in LAYOUTS.values() for m in layout.methods))
-    return order.index(method) if method in order else len(order)
+    order = dict.fromkeys(m for layout in LAYOUTS.values() for m in layout.methods)
+    return {m: i for i, m in enumerate(order)}
 
 
 def _legend_outside(fig: Figure, axes) -> None:
@@ -150,9 +157,16 @@ def _curve_frame(histories: pd.DataFrame) -> pd.DataFrame:
         from reports.layouts import variant_label
 
         variant = data["variant"] if "variant" in data.columns else data["method"]
-        data["label"] = [variant_label(m, v) for m, v in zip(data["method"], variant)]
-    data["rank"] = [(method_rank(m), lab) for m, lab in zip(data["method"], data["label"])]
+        data["label"] = _per_pair(data["method"], variant, variant_label)
+    data["rank"] = _per_pair(data["method"], data["label"], lambda m, lab: (method_rank(m), lab))
     return data
+
+
+def _per_pair(a: pd.Series, b: pd.Series, fn) -> list:
+    """``[fn(x, y) for x, y in zip(a, b)]``, calling ``fn`` once per distinct pair (a
+    history has a row per run, key and step but only a few distinct pairs)."""
+    done: dict = {}
+    return [done[p] if p in done else done.setdefault(p, fn(*p)) for p in zip(a, b)]
 
 
 def _ordered_labels(data: pd.DataFrame) -> list[str]:

@@ -121,6 +121,20 @@ def test_load_records_concatenates_with_run_id_and_filters_steps(store):
     assert load_records(uri, ids[1:]).empty
 
 
+def test_artifact_roots_sqlite_path_equals_search_runs(store, monkeypatch):
+    from analysis.loader import _artifact_roots, _artifact_roots_sql, _sqlite_path
+
+    uri, ids = store
+    fast = _artifact_roots_sql(_sqlite_path(uri), ids)
+    assert fast == _artifact_roots(MlflowClient(uri), ids)
+    assert fast[ids[0]] == MlflowClient(uri).get_run(ids[0]).info.artifact_uri
+    with pytest.raises(ValueError, match="not-a-run"):
+        _artifact_roots_sql(_sqlite_path(uri), [ids[0], "not-a-run"])
+    records = load_records(uri, ids)
+    monkeypatch.setattr("analysis.loader._sqlite_path", lambda uri: None)
+    pd.testing.assert_frame_equal(records, load_records(uri, ids))
+
+
 def test_remote_path_downloads_only_wanted_files(store, tmp_path):
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 

@@ -101,3 +101,27 @@ def test_styles_tell_twenty_methods_apart():
     style = figures.styles(labels)
     assert len({(s["color"], s["marker"]) for s in style.values()}) == 20
     assert len({s["color"] for s in style.values()}) == 20
+
+
+def test_curve_frame_labels_and_ranks_rows_once_per_pair(monkeypatch):
+    """Labels and ranks of a history frame (a row per run, key and step) equal the row-wise
+    ones; variant_label runs once per distinct (method, variant)."""
+    from reports import layouts
+
+    calls, original = [], layouts.variant_label
+
+    def label(method, variant):
+        calls.append((method, variant))
+        return original(method, variant)
+
+    monkeypatch.setattr(layouts, "variant_label", label)
+    hist = pd.DataFrame({"run_id": ["a", "a", "b", "c"], "method": ["seed", "seed", "seed", "grpo"],
+                         "variant": ["seed (β=1)", "seed (β=1)", "seed (β=5)", "grpo"],
+                         "key": "train/success", "step": [1, 2, 1, 1], "value": 0.5})
+    data = figures._curve_frame(hist)
+    assert data["label"].tolist() == ["SEED (β=1)", "SEED (β=1)", "SEED (β=5)", "GRPO"]
+    assert data["rank"].tolist() == [(figures.method_rank("seed"), "SEED (β=1)")] * 2 + [
+        (figures.method_rank("seed"), "SEED (β=5)"), (0, "GRPO")]
+    assert len(calls) == 3
+    assert figures.method_rank("grpo") == 0 and figures.method_rank("etro") == 6
+    assert figures.method_rank("not-a-method") == len(figures._method_order())
