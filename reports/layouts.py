@@ -67,7 +67,8 @@ DERIVED_COLUMNS = ("env_key", "env_label", "variant", "variant_params", "final_s
 METHOD_LABELS = {
     "grpo": "GRPO", "grpo_opsd": "GRPO+OPSD", "opsd": "OPSD", "skill_sd": "Skill-SD",
     "rlsd": "RLSD", "sdar": "SDAR", "seed": "SEED", "etro": "ETRO",
-    "seed_no_sft": "w/o skill SFT", "seed_stale": "w/o self-evolving",
+    "seed_no_sft": "w/o skill SFT", "seed_no_self_evolving": "w/o self-evolving",
+    "seed_stale": "stale analyzer",
     "seed_static": "static skill library", "skill_grpo": "Skill-GRPO",
     "skill_grpo_star": "Skill-GRPO*", "skill_prompt": "Skill-Prompt", "vanilla": "Vanilla",
     "etro_global_positive": "Global Positive", "etro_global_negative": "Global Negative",
@@ -481,7 +482,7 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
            ("grpo", "grpo_opsd", "skill_sd", "rlsd", "sdar", "seed", "etro"), "grpo",
            ROLES, method_table),
     Layout("seed_ablation", "SEED ablation (SEED Table 2; %)",
-           ("seed", "seed_no_sft", "seed_stale", "seed_static"), "seed", HEADLINE,
+           ("seed", "seed_no_sft", "seed_no_self_evolving", "seed_static"), "seed", HEADLINE,
            method_table, {"seed": "SEED (full)"}),
     Layout("etro_branches", "Skill selection and branch combination (ETRO Table 2; %)",
            ("grpo", "etro_global_positive", "etro_global_negative", "etro_global_both",

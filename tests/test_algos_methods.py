@@ -32,6 +32,7 @@ EXPECTED_NAMES = [
     "grpo",
     "seed",
     "seed_no_sft",
+    "seed_no_self_evolving",
     "seed_stale",
     "seed_static",
     "sdar",
@@ -184,7 +185,7 @@ def test_method_names_and_table():
     for name in EXPECTED_NAMES:
         spec = get_method(name)
         assert spec.paper and spec.summary
-        if name.startswith(("seed", "sdar")):
+        if name.startswith(("seed", "sdar")) and name != "seed_no_self_evolving":
             assert spec.lambda_opd == 0.01 and spec.opd_loss == "seed" and spec.teacher == "current"
         if name.startswith("etro"):
             assert spec.lambda_opd == 0.001 and spec.teacher == "old" and spec.opd_loss is None
@@ -194,6 +195,10 @@ def test_table_flags_for_baselines_and_ablations():
     g = get_method
     assert g("seed").skill_sft and not g("seed_no_sft").skill_sft
     assert g("seed_stale").writer_refresh == 0 and g("seed").writer_refresh is None
+    # SEED Table 2 "w/o self-evolving": Stage 1's supervision, then GRPO with no OPD at all
+    nse = g("seed_no_self_evolving")
+    assert nse.skill_sft and nse.opd_loss is None and nse.credit is None and nse.skills == ()
+    assert (nse.advantage, nse.lambda_opd, nse.writer) == ("grpo", 0.0, "none")
     assert g("seed_static").writer == "static" and g("seed").writer == "self"
     assert not g("opsd").uses_rl and g("grpo_opsd").uses_rl
     assert not g("vanilla").trains and not g("skill_prompt").trains and g("skill_prompt").eval_skill
@@ -295,3 +300,17 @@ def test_input_shapes_are_checked_with_field_names():
             advantages=torch.zeros(3, 11),
             mask=torch.ones(4, 11),
         )
+
+
+def test_seed_no_self_evolving_resolves_to_stage1_then_plain_grpo():
+    """SEED Table 2's "w/o self-evolving" (the review: Stage 1's supervision without the
+    Stage-2 distillation loop) runs skill SFT and no OPD; the stale analyzer is another
+    method, ``seed_stale``, which keeps OPD from a never-refreshed writer."""
+    from trainer.config import RunConfig, apply_overrides, resolve
+
+    cfg = resolve(apply_overrides(RunConfig(), {"algo.method": "seed_no_self_evolving"}))
+    assert cfg.stages.skill_sft.enabled is True
+    assert (cfg.algo.lambda_opd, cfg.writer.kind) == (0.0, "none")
+    stale = resolve(apply_overrides(RunConfig(), {"algo.method": "seed_stale"}))
+    assert stale.stages.skill_sft.enabled is True and stale.writer.refresh_every == 0
+    assert (stale.algo.lambda_opd, stale.writer.kind) == (0.01, "self")

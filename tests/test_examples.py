@@ -29,7 +29,7 @@ def test_seed_table5_hyperparameters():
     assert (base.algo.beta_opd, base.env.max_turns) == (5.0, 30)
     assert (base.stages.skill_sft.tasks, base.stages.skill_sft.rollouts_per_task) == (180, 8)
     methods = {t.cfg.algo.method for t in expand(study)}
-    assert methods == {"grpo", "seed", "seed_no_sft", "seed_stale", "seed_static"}
+    assert methods == {"grpo", "seed", "seed_no_sft", "seed_no_self_evolving", "seed_static"}
 
 
 def test_etro_appendix_b_hyperparameters():

@@ -630,8 +630,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
     * ``stages.warm_start.enabled`` <- backbone is tiny; ``stages.skill_sft.enabled`` <- spec
       ``skill_sft`` (SEED Stage 1).
 
-    A method that pins the writer refresh (spec ``writer_refresh`` not None, e.g. SEED w/o
-    self-evolving = 0, never) overrides ``writer.refresh_every``.  Raises ConfigError for an
+    A method that pins the writer refresh (spec ``writer_refresh`` not None, e.g. the stale
+    analyzer ``seed_stale`` = 0, never) overrides ``writer.refresh_every``.  Raises ConfigError for an
     unknown method/env, an oracle writer on a non-built-in env, an external writer without
     endpoint, or a default the method table leaves open.
     """

@@ -173,9 +173,16 @@ _TABLE = [
         skill_sft=True,
     ),
     _seed("seed_no_sft", "SEED without Stage-1 hindsight-skill SFT (Table 2 ablation)"),
+    _plain(
+        "seed_no_self_evolving",
+        "SEED w/o self-evolving (Table 2): Stage-1 hindsight-skill SFT, then GRPO without OPD",
+        f"{SEED}: Table 2 ablation (Stage 1's supervision without the Stage-2 distillation loop)",
+        skill_sft=True,
+    ),
     _seed(
         "seed_stale",
-        "SEED without the self-evolving refresh: the writer snapshot is never updated",
+        "SEED with a stale analyzer: the writer snapshot is never refreshed (Prop. 3 probe; "
+        "not the paper's w/o self-evolving)",
         skill_sft=True,
         writer_refresh=0,
     ),
