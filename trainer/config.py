@@ -95,8 +95,9 @@ class EnvConfig:
     name: str = "household"
     # Turn budget; 0 = the environment's default (household 30 as SEED; ETRO uses 15).
     max_turns: int = field(default=0, metadata={"ge": 0})
-    # Reward subtracted per invalid (unparseable/inadmissible) step; the episode continues.
-    invalid_penalty: float = field(default=0.1, metadata={"ge": 0.0})
+    # Reward subtracted per invalid (unparseable/inadmissible) step, episode continues; 0 = the
+    # papers' binary outcome; verl-agent's ALFWorld/WebShop recipes use 0.1 (a study setting).
+    invalid_penalty: float = field(default=0.0, metadata={"ge": 0.0})
     # Training split to sample tasks from.
     train_split: str = "train"
     # Sample builder: "window" (one sample per turn, last N turns) or "full" (one sequence).
