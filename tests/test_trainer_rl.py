@@ -135,6 +135,43 @@ def test_a_malformed_boundary_keeps_positive_opd_for_every_method(base_ctx):
     assert rl.context_skills(ctx, "negative", trajs, [h]) == [None]
 
 
+def test_a_long_skill_is_cut_counted_and_scored_with_the_students_history(base_ctx, restore, monkeypatch):
+    """A skill longer than ``writer.max_skill_tokens`` is cut to it and counted
+    (``skill/cut_count``), never an error: before, a skill longer than the prompt budget
+    raised PromptTooLong for the teacher only.  The teacher scores the student's sequences
+    with the cut skill added (same history: the student's truncation)."""
+    from envs.base import Hindsight
+    from trainer.samples import SKILL_HEADER, encode
+
+    ctx = variant(base_ctx, "seed", "writer.kind=oracle", "writer.max_skill_tokens=16",
+                  "model.max_prompt_tokens=512", "algo.teacher=old")
+    long_skill = "go to the fridge and open it, then take the apple and put it down. " * 60
+    assert len(encode(ctx.tokenizer, long_skill)) > 512
+    monkeypatch.setattr(ctx.writer, "write", lambda trajs: [Hindsight(long_skill) for _ in trajs])
+    built = []
+    real = rl.score_trajectories
+
+    def spy(model, builder, trajs, skills=None, micro_batch=8, **kw):
+        out = real(model, builder, trajs, skills, micro_batch, **kw)
+        built.append((kw.get("added_skills"), out[1]))
+        return out
+
+    monkeypatch.setattr(rl, "score_trajectories", spy)
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    n = len(batch.trajectories)
+    cut = ctx.tokenizer.decode(encode(ctx.tokenizer, long_skill)[:16])
+    assert batch.texts["positive"] == [cut] * n
+    metrics = rl.step_metrics(ctx, batch, rl.PhaseTimer())
+    assert (metrics["skill/cut_count"], metrics["skill/cut_rate"]) == (n, 1.0)
+    assert rl.skill_texts(ctx, "positive", batch) == [cut] * n  # what the skill samples show
+    (none, student), (added, teacher) = built[0], built[-1]  # the scoring pass, the teacher
+    assert none is None and added == [cut] * n and len(teacher) == len(student)
+    for s, t in zip(student, teacher):
+        s_text, t_text = ctx.tokenizer.decode(list(s.input_ids)), ctx.tokenizer.decode(list(t.input_ids))
+        assert t_text.replace(SKILL_HEADER + cut.strip(), "", 1) == s_text
+    assert bool(batch.opd_rows["positive"].all()) and batch.deltas["positive"].abs().sum() > 0
+
+
 # --- every config field the trainer resolves for a method is read by the step ------------
 
 # Functions whose reads do not count as use: they copy, print or resolve the config.

@@ -83,7 +83,8 @@ class ModelConfig:
     device: str = field(default="auto", metadata=_choices("auto", "cpu", "cuda"))
     # Generation backend for rollouts; vllm is GPU-only and imported lazily.
     backend: str = field(default="transformers", metadata=_choices("transformers", "vllm"))
-    # Longest prompt (context) in tokens; history is truncated first, never skill or obs.
+    # Longest student prompt in tokens; history is truncated first, never skill or obs. A
+    # teacher keeps the student's history, its skill on top (writer.max_skill_tokens).
     max_prompt_tokens: int = field(default=2048, metadata={"ge": 64})
     # Recompute activations in the backward pass (less memory, slower).
     gradient_checkpointing: bool = False
@@ -141,6 +142,10 @@ class WriterConfig:
     # Token budget of one written hindsight (generation stops at end of text first); it must
     # hold what the writer imitates: the built-in oracle's annotations run to 300 tokens.
     max_new_tokens: int = field(default=320, metadata={"ge": 1})
+    # Token budget of one skill in a teacher's context, on top of the student's prompt (the
+    # teacher keeps the student's history); longer skills are cut (skill/cut_count). 320
+    # holds the built-in oracle's skills (at most 300 tokens on household).
+    max_skill_tokens: int = field(default=320, metadata={"ge": 1})
     # External writer: chat-completions base URL, model name and the env var with the key.
     endpoint: str = ""
     # External writer: the model name sent to the endpoint.
