@@ -123,7 +123,7 @@ ETRO_OPD = {  # per-turn A_OPD with Delta+ = 1, Delta- = -2 (ETRO Sec. 3.4, 4.3)
 }
 ETRO_RANDOM_ROW1 = {  # allowed per-turn rows of the k=2 trajectory for the random rules
     "etro_random_boundary": [[1] * k + [-2] + [0] * (4 - k) for k in range(5)],
-    "etro_neg_prefix": [[-2, 1, 0, 0, 0], [1, -2, 0, 0, 0]],
+    "etro_neg_prefix": [[-2, 1, 1, 0, 0], [1, -2, 1, 0, 0]],  # k + 1 = 3 turns supervised, as ETRO
     "etro_neg_suffix": [[1, 1, 0, -2, 0], [1, 1, 0, 0, -2]],
 }
 
