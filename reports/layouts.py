@@ -69,7 +69,7 @@ METHOD_LABELS = {
     "rlsd": "RLSD", "sdar": "SDAR", "seed": "SEED", "etro": "ETRO",
     "seed_no_sft": "w/o skill SFT", "seed_no_self_evolving": "w/o self-evolving",
     "seed_stale": "stale analyzer",
-    "seed_static": "static skill library", "skill_grpo": "Skill-GRPO",
+    "seed_static": "static skill library", "seed_static_oracle": "static oracle library", "skill_grpo": "Skill-GRPO",
     "skill_grpo_star": "Skill-GRPO*", "skill_prompt": "Skill-Prompt", "vanilla": "Vanilla",
     "etro_global_positive": "Global Positive", "etro_global_negative": "Global Negative",
     "etro_global_both": "Global Both", "etro_positive_only": "Positive Only",

@@ -35,6 +35,7 @@ EXPECTED_NAMES = [
     "seed_no_self_evolving",
     "seed_stale",
     "seed_static",
+    "seed_static_oracle",
     "sdar",
     "opsd",
     "grpo_opsd",
@@ -200,6 +201,9 @@ def test_table_flags_for_baselines_and_ablations():
     assert nse.skill_sft and nse.opd_loss is None and nse.credit is None and nse.skills == ()
     assert (nse.advantage, nse.lambda_opd, nse.writer) == ("grpo", 0.0, "none")
     assert g("seed_static").writer == "static" and g("seed").writer == "self"
+    # SEED Table 2's static library is the policy's own, written once; the oracle's is a variant
+    assert g("seed_static").library == "self" and g("seed_static_oracle").library == "oracle"
+    assert g("seed_static_oracle").writer == "static" and g("skill_sd").library == "oracle"
     assert not g("opsd").uses_rl and g("grpo_opsd").uses_rl
     assert not g("vanilla").trains and not g("skill_prompt").trains and g("skill_prompt").eval_skill
     assert g("skill_grpo").rollout_skill and not g("skill_grpo").eval_skill

@@ -156,7 +156,8 @@ class WriterConfig:
     max_retries: int = field(default=3, metadata={"ge": 0})
     # External writer: seconds per request.
     timeout_s: float = field(default=60.0, metadata={"gt": 0.0})
-    # Static writer / Skill-SD / Skill-GRPO: path to a skill library (JSON); "" = built-in.
+    # Static writer / Skill-SD / Skill-GRPO: path to a skill library (JSON); "" = built-in:
+    # the oracle's skills, or for seed_static the policy's own, written once at the RL start.
     library: str = ""
 
 
