@@ -193,7 +193,7 @@ class TextEnv(abc.ABC):
     # Sizes of the domain (``env.level``); the first is the default.
     levels: tuple[str, ...] = ("full",)
 
-    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.1):
+    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.0):
         self.max_turns = max_turns or self.default_max_turns
         self.invalid_penalty = invalid_penalty
         self.task: Task | None = None

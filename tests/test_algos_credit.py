@@ -123,16 +123,22 @@ def test_random_boundary_structure_and_reproducibility():
     )
 
 
-@pytest.mark.parametrize("where, allowed", [("prefix", {0, 1}), ("suffix", {3, 4})])
-def test_negative_placement_moves_only_the_negative_turn(where, allowed):
+@pytest.mark.parametrize("where, allowed, before", [
+    ("prefix", {0, 1}, [1.0, 1.0, 1.0, 0.0, 0.0]),  # j < k: Negative and Positive swap turns
+    ("suffix", {3, 4}, [1.0, 1.0, 0.0, 0.0, 0.0]),  # j > k: prefix Positive, k off
+])
+def test_negative_placement_moves_only_the_negative_turn(where, allowed, before):
     seen = set()
     for seed in range(30):
         turns = _per_turn(_opd(f"etro_neg_{where}", _inputs(seed)))
         j = turns[1].index(-2.0)
         seen.add(j)
-        expected = [1.0, 1.0, 0.0, 0.0, 0.0]  # prefix Positive, k and suffix off
+        expected = list(before)
         expected[j] = -2.0
         assert turns[1] == expected
+        # ETRO Sec. 4.4: "the supervised turn count remains fixed": k + 1 = 3 turns, one of
+        # them Negative, as ETRO's own [1, 1, -2, 0, 0]
+        assert sum(v != 0 for v in turns[1]) == 3 and turns[1].count(-2.0) == 1
         assert turns[3] == [-2, 0, 0]  # k = 0: empty prefix, not eligible, Negative stays at k
         assert turns[0] == [1] * 5 and turns[2] == [1] * 5
     assert seen == allowed

@@ -32,8 +32,10 @@ EXPECTED_NAMES = [
     "grpo",
     "seed",
     "seed_no_sft",
+    "seed_no_self_evolving",
     "seed_stale",
     "seed_static",
+    "seed_static_oracle",
     "sdar",
     "opsd",
     "grpo_opsd",
@@ -122,7 +124,7 @@ ETRO_OPD = {  # per-turn A_OPD with Delta+ = 1, Delta- = -2 (ETRO Sec. 3.4, 4.3)
 }
 ETRO_RANDOM_ROW1 = {  # allowed per-turn rows of the k=2 trajectory for the random rules
     "etro_random_boundary": [[1] * k + [-2] + [0] * (4 - k) for k in range(5)],
-    "etro_neg_prefix": [[-2, 1, 0, 0, 0], [1, -2, 0, 0, 0]],
+    "etro_neg_prefix": [[-2, 1, 1, 0, 0], [1, -2, 1, 0, 0]],  # k + 1 = 3 turns supervised, as ETRO
     "etro_neg_suffix": [[1, 1, 0, -2, 0], [1, 1, 0, 0, -2]],
 }
 
@@ -184,7 +186,7 @@ def test_method_names_and_table():
     for name in EXPECTED_NAMES:
         spec = get_method(name)
         assert spec.paper and spec.summary
-        if name.startswith(("seed", "sdar")):
+        if name.startswith(("seed", "sdar")) and name != "seed_no_self_evolving":
             assert spec.lambda_opd == 0.01 and spec.opd_loss == "seed" and spec.teacher == "current"
         if name.startswith("etro"):
             assert spec.lambda_opd == 0.001 and spec.teacher == "old" and spec.opd_loss is None
@@ -194,7 +196,14 @@ def test_table_flags_for_baselines_and_ablations():
     g = get_method
     assert g("seed").skill_sft and not g("seed_no_sft").skill_sft
     assert g("seed_stale").writer_refresh == 0 and g("seed").writer_refresh is None
+    # SEED Table 2 "w/o self-evolving": Stage 1's supervision, then GRPO with no OPD at all
+    nse = g("seed_no_self_evolving")
+    assert nse.skill_sft and nse.opd_loss is None and nse.credit is None and nse.skills == ()
+    assert (nse.advantage, nse.lambda_opd, nse.writer) == ("grpo", 0.0, "none")
     assert g("seed_static").writer == "static" and g("seed").writer == "self"
+    # SEED Table 2's static library is the policy's own, written once; the oracle's is a variant
+    assert g("seed_static").library == "self" and g("seed_static_oracle").library == "oracle"
+    assert g("seed_static_oracle").writer == "static" and g("skill_sd").library == "oracle"
     assert not g("opsd").uses_rl and g("grpo_opsd").uses_rl
     assert not g("vanilla").trains and not g("skill_prompt").trains and g("skill_prompt").eval_skill
     assert g("skill_grpo").rollout_skill and not g("skill_grpo").eval_skill
@@ -295,3 +304,17 @@ def test_input_shapes_are_checked_with_field_names():
             advantages=torch.zeros(3, 11),
             mask=torch.ones(4, 11),
         )
+
+
+def test_seed_no_self_evolving_resolves_to_stage1_then_plain_grpo():
+    """SEED Table 2's "w/o self-evolving" (the review: Stage 1's supervision without the
+    Stage-2 distillation loop) runs skill SFT and no OPD; the stale analyzer is another
+    method, ``seed_stale``, which keeps OPD from a never-refreshed writer."""
+    from trainer.config import RunConfig, apply_overrides, resolve
+
+    cfg = resolve(apply_overrides(RunConfig(), {"algo.method": "seed_no_self_evolving"}))
+    assert cfg.stages.skill_sft.enabled is True
+    assert (cfg.algo.lambda_opd, cfg.writer.kind) == (0.0, "none")
+    stale = resolve(apply_overrides(RunConfig(), {"algo.method": "seed_stale"}))
+    assert stale.stages.skill_sft.enabled is True and stale.writer.refresh_every == 0
+    assert (stale.algo.lambda_opd, stale.writer.kind) == (0.01, "self")

@@ -312,6 +312,21 @@ def test_env_factory_passes_level_and_switch_to_the_env():
     assert shop.name == "shop"
 
 
+def test_rewards_are_the_binary_outcome_by_default_and_the_penalty_a_setting():
+    """The papers train on a binary outcome (ETRO Sec. 3.2; SEED review): by default an
+    invalid step costs nothing, so an episode's return is 1 on success and 0 otherwise;
+    ``env.invalid_penalty`` reaches the env when a study sets it (verl-agent uses 0.1)."""
+    from trainer.context import env_factory
+
+    assert RunConfig().env.invalid_penalty == 0.0
+    for penalty, reward in ((None, 0.0), (0.1, -0.1)):
+        sets = {} if penalty is None else {"env.invalid_penalty": penalty}
+        env = env_factory(resolve(apply_overrides(RunConfig(), sets)))()
+        env.reset(env.panel("eval_seen")[0])
+        result = env.step("<action>fly to the moon</action>")
+        assert result.info["valid"] is False and result.reward == pytest.approx(reward)
+
+
 def test_teacher_current_is_refused_where_delta_feeds_the_advantages():
     """ETRO's family and RLSD route Delta into advantages computed once before the update, so
     algo.teacher=current would be resolved, logged and not run: an error instead."""

@@ -235,7 +235,7 @@ def test_parse_webshop_action(action, expected):
 
 
 def test_webshop_episode_parsing(shop):
-    env = WebShopEnv(url=f"http://127.0.0.1:{shop.server_address[1]}")
+    env = WebShopEnv(url=f"http://127.0.0.1:{shop.server_address[1]}", invalid_penalty=0.1)
     assert len(env.panel("test")) == 500 and env.panel("train")[0].spec == {"session": 500}
     task = env.panel("test")[7]
     observation = env.reset(task)

@@ -191,7 +191,7 @@ def test_engine_planner_distance_matches_household():
 def test_alfworld_forbids_what_household_allows():
     task = custom_task("household/custom/0003", "pick_and_place", "bowl", "countertop",
                        {"countertop 1": [], "cabinet 1": ["bowl 1"], "microwave 1": []})
-    env = ALFWorldEnv(show_admissible=False)
+    env = ALFWorldEnv(show_admissible=False, invalid_penalty=0.1)
     env.reset(Task("alfworld/custom/0003", "alfworld", "custom", task.instruction,
                    {**task.spec, "household_id": task.id}))
     for action in ("go to cabinet 1", "take bowl 1 from cabinet 1", "go to microwave 1"):

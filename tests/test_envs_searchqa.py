@@ -228,6 +228,10 @@ def test_invalid_step_and_wrong_answer(env):
     task = _task(env, "hotpotqa", "chain", 2)
     env.reset(task)
     result = env.step("<think>no tags here</think>")
+    assert result.observation == INVALID_MESSAGE and result.reward == 0.0  # binary by default
+    env.invalid_penalty = 0.1
+    env.reset(task)
+    result = env.step("<think>no tags here</think>")
     assert result.observation == INVALID_MESSAGE and result.reward == pytest.approx(-0.1)
     assert not result.done and result.info["valid"] is False and result.info["action"] == ""
     assert result.info["distance"] == 3 and result.info["state_key"] == "t1|"

@@ -29,7 +29,7 @@ def test_seed_table5_hyperparameters():
     assert (base.algo.beta_opd, base.env.max_turns) == (5.0, 30)
     assert (base.stages.skill_sft.tasks, base.stages.skill_sft.rollouts_per_task) == (180, 8)
     methods = {t.cfg.algo.method for t in expand(study)}
-    assert methods == {"grpo", "seed", "seed_no_sft", "seed_stale", "seed_static"}
+    assert methods == {"grpo", "seed", "seed_no_sft", "seed_no_self_evolving", "seed_static"}
 
 
 def test_etro_appendix_b_hyperparameters():
@@ -53,3 +53,16 @@ def test_paper_studies_set_lambda_opd_per_method(name):
     for trial in expand(load_study(EXAMPLES / "papers" / name)):
         method = trial.cfg.algo.method
         assert resolve(trial.cfg).algo.lambda_opd == get_method(method).lambda_opd, method
+
+
+@pytest.mark.parametrize("path", ["household_small.yaml", "papers/seed_table5_alfworld.yaml",
+                                  "papers/etro_appendix_b_webshop_base.yaml"])
+def test_the_invalid_penalty_is_set_explicitly(path):
+    """The default reward is the papers' binary outcome (env.invalid_penalty 0); a study
+    states its penalty: the CPU level's measured results used 0.1, the paper studies 0."""
+    import yaml
+
+    data = yaml.safe_load((EXAMPLES / path).read_text())
+    env = (data.get("base") or data)["env"]
+    expected = 0.1 if path == "household_small.yaml" else 0.0
+    assert env["invalid_penalty"] == expected

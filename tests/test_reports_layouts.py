@@ -182,7 +182,7 @@ def test_swept_baseline_markers_compare_within_matching_beta():
 
 
 def test_ablation_rows_read_full_then_param():
-    runs = fake_runs({"seed": 0.7, "seed_stale": 0.6}, envs=("shop",),
+    runs = fake_runs({"seed": 0.7, "seed_no_self_evolving": 0.6}, envs=("shop",),
                      params={"seed": {"algo.beta_opd": 1.0}})
     more = fake_runs({"seed": 0.75}, envs=("shop",), params={"seed": {"algo.beta_opd": 5.0}})
     more["run_id"] += "-5"

@@ -41,6 +41,10 @@ def test_every_method_trains_on_household(tmp_path, method):
     assert any(k.startswith("eval/") for k in metrics)
     if spec.trains and spec.skills:
         assert "writer/invalid_rate" in metrics
+    if spec.skill_sft:  # SEED's Stage 1 ran (seed_no_self_evolving: Stage 1, then plain GRPO)
+        assert "sft/acceptance_rate" in metrics
+    if spec.trains and not spec.skills:
+        assert "time/teacher_s" not in metrics or metrics["time/teacher_s"] == 0
 
 
 @pytest.mark.slow

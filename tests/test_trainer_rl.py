@@ -135,6 +135,84 @@ def test_a_malformed_boundary_keeps_positive_opd_for_every_method(base_ctx):
     assert rl.context_skills(ctx, "negative", trajs, [h]) == [None]
 
 
+def test_a_long_skill_is_cut_counted_and_scored_with_the_students_history(base_ctx, restore, monkeypatch):
+    """A skill longer than ``writer.max_skill_tokens`` is cut to it and counted
+    (``skill/cut_count``), never an error: before, a skill longer than the prompt budget
+    raised PromptTooLong for the teacher only.  The teacher scores the student's sequences
+    with the cut skill added (same history: the student's truncation)."""
+    from envs.base import Hindsight
+    from trainer.samples import SKILL_HEADER, encode
+
+    ctx = variant(base_ctx, "seed", "writer.kind=oracle", "writer.max_skill_tokens=16",
+                  "model.max_prompt_tokens=512", "algo.teacher=old")
+    long_skill = "go to the fridge and open it, then take the apple and put it down. " * 60
+    assert len(encode(ctx.tokenizer, long_skill)) > 512
+    monkeypatch.setattr(ctx.writer, "write", lambda trajs: [Hindsight(long_skill) for _ in trajs])
+    built = []
+    real = rl.score_trajectories
+
+    def spy(model, builder, trajs, skills=None, micro_batch=8, **kw):
+        out = real(model, builder, trajs, skills, micro_batch, **kw)
+        built.append((kw.get("added_skills"), out[1]))
+        return out
+
+    monkeypatch.setattr(rl, "score_trajectories", spy)
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    n = len(batch.trajectories)
+    cut = ctx.tokenizer.decode(encode(ctx.tokenizer, long_skill)[:16])
+    assert batch.texts["positive"] == [cut] * n
+    metrics = rl.step_metrics(ctx, batch, rl.PhaseTimer())
+    assert (metrics["skill/cut_count"], metrics["skill/cut_rate"]) == (n, 1.0)
+    assert rl.skill_texts(ctx, "positive", batch) == [cut] * n  # what the skill samples show
+    (none, student), (added, teacher) = built[0], built[-1]  # the scoring pass, the teacher
+    assert none is None and added == [cut] * n and len(teacher) == len(student)
+    for s, t in zip(student, teacher):
+        s_text, t_text = ctx.tokenizer.decode(list(s.input_ids)), ctx.tokenizer.decode(list(t.input_ids))
+        assert t_text.replace(SKILL_HEADER + cut.strip(), "", 1) == s_text
+    assert bool(batch.opd_rows["positive"].all()) and batch.deltas["positive"].abs().sum() > 0
+
+
+def test_seed_static_library_is_written_once_by_the_policy_at_the_rl_start(base_ctx, restore, monkeypatch,
+                                                                          tmp_path):
+    """SEED Table 2's static library: "skills generated once, from an early checkpoint, never
+    refreshed" -- the policy at the RL initialisation plays the library tasks and its own
+    writer writes them; valid skills make the library, saved for resume; the oracle's
+    library is the separate variant seed_static_oracle."""
+    import json
+
+    from envs.base import Hindsight
+    from trainer import writers
+    from trainer.context import LIBRARY_TASKS, SELF_LIBRARY, build_context, start_rl
+
+    calls = []
+
+    def fake_write(self, trajs):
+        calls.append([t.task.id for t in trajs])
+        return [Hindsight(f"skill of {t.task.id}") if i % 2 == 0 else writers.INVALID
+                for i, t in enumerate(trajs)]
+
+    monkeypatch.setattr(writers.SelfWriter, "write", fake_write)
+    ctx = variant(base_ctx, "seed_static", f"output.dir={tmp_path}")
+    tasks = ctx.train_tasks[-LIBRARY_TASKS:]
+    assert calls == [[t.id for t in tasks]]  # one episode per library task, written once
+    expected = [{"instruction": t.instruction, "skill": f"skill of {t.id}"} for t in tasks[::2]]
+    assert json.loads((tmp_path / SELF_LIBRARY).read_text()) == expected == ctx.library.entries
+    assert ctx.library.metrics == {"library/size": LIBRARY_TASKS / 2, "library/valid_rate": 0.5}
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    skills = {e["skill"] for e in expected}
+    assert all(h.valid and h.positive_skill in skills for h in batch.hindsights)
+    assert len(calls) == 1  # never refreshed
+    monkeypatch.setattr(writers.SelfWriter, "write", lambda self, trajs: pytest.fail("rewritten"))
+    ctx.library = None
+    start_rl(ctx, resume=tmp_path)  # resume reads the saved library back
+    assert ctx.library.entries == expected
+
+    oracle = build_context(resolve(load_config(MICRO, ["algo.method=seed_static_oracle",
+                                                       f"output.dir={tmp_path / 'o'}"])))
+    from trainer.writers import build_library
+    assert oracle.library.entries == build_library(oracle.make_env, oracle.train_tasks[-LIBRARY_TASKS:])
+
+
 # --- every config field the trainer resolves for a method is read by the step ------------
 
 # Functions whose reads do not count as use: they copy, print or resolve the config.

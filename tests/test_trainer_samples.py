@@ -14,6 +14,7 @@ from trainer.samples import (
     analyzer_prompt,
     analyzer_target,
     assert_same_actions,
+    cut_skill,
     encode,
     encode_chat,
     parse_analyzer_output,
@@ -177,6 +178,40 @@ def test_teacher_and_student_score_identical_action_tokens(tokenizer):
         teacher = builder.build_batch(traj, [SKILL, None])
         assert_same_actions(student, teacher)
         assert [s.input_ids for s in student] != [s.input_ids for s in teacher]
+
+
+@pytest.mark.parametrize("context, limit", [("window", 200), ("full", 260)])
+def test_the_teacher_sees_exactly_the_students_history_plus_the_skill(tokenizer, context, limit):
+    """Truncation is decided once, on the student's context: the teacher's sequences are
+    the student's with the skill block added, however long the skill (here it alone is
+    longer than the whole prompt budget, which raised PromptTooLong for the teacher only)."""
+    traj = make_traj(tokenizer, 5)
+    builder = SampleBuilder(tokenizer, FakeEnv(), context, history_window=3, max_prompt_tokens=limit)
+    long_skill = " ".join([SKILL] * 20)
+    assert len(encode(tokenizer, long_skill)) > limit
+    student = builder.build(traj, index=1)
+    teacher = builder.build(traj, index=1, added_skill=long_skill)
+    assert_same_actions(student, teacher)
+    assert [s.turn_ids.count(-1) > 0 for s in student] == [True] * len(student)
+    assert len(teacher) == len(student) and (context == "window" or len(student) > 1)  # truncated
+    for s, t in zip(student, teacher):
+        assert sorted(set(s.turn_ids)) == sorted(set(t.turn_ids))
+        s_text, t_text = tokenizer.decode(list(s.input_ids)), tokenizer.decode(list(t.input_ids))
+        assert t_text.count(SKILL_HEADER + long_skill) == 1
+        assert t_text.replace(SKILL_HEADER + long_skill, "") == s_text
+    window3 = tokenizer.decode(list(student[3].input_ids)) if context == "window" else ""
+    assert context == "full" or "## Previous steps (1 most recent of 3)" in window3  # history was cut
+    # a rollout skill (Skill-GRPO) stays in both; the teacher's skill comes after it
+    with_rollout = builder.build(traj, "short hint", added_skill="teacher skill")
+    assert all(SKILL_HEADER + "short hint\nteacher skill" in tokenizer.decode(list(s.input_ids))
+               for s in with_rollout)
+
+
+def test_cut_skill_keeps_the_first_tokens_and_says_so(tokenizer):
+    ids = encode(tokenizer, SKILL)
+    assert cut_skill(tokenizer, SKILL, len(ids)) == (SKILL, False)
+    assert cut_skill(tokenizer, SKILL, 3) == (tokenizer.decode(ids[:3]), True)
+    assert cut_skill(tokenizer, None, 3) == (None, False) and cut_skill(tokenizer, "", 3) == ("", False)
 
 
 def test_action_identity_assertion_fires_on_a_mismatch(tokenizer):

@@ -83,7 +83,8 @@ class ModelConfig:
     device: str = field(default="auto", metadata=_choices("auto", "cpu", "cuda"))
     # Generation backend for rollouts; vllm is GPU-only and imported lazily.
     backend: str = field(default="transformers", metadata=_choices("transformers", "vllm"))
-    # Longest prompt (context) in tokens; history is truncated first, never skill or obs.
+    # Longest student prompt in tokens; history is truncated first, never skill or obs. A
+    # teacher keeps the student's history, its skill on top (writer.max_skill_tokens).
     max_prompt_tokens: int = field(default=2048, metadata={"ge": 64})
     # Recompute activations in the backward pass (less memory, slower).
     gradient_checkpointing: bool = False
@@ -95,8 +96,9 @@ class EnvConfig:
     name: str = "household"
     # Turn budget; 0 = the environment's default (household 30 as SEED; ETRO uses 15).
     max_turns: int = field(default=0, metadata={"ge": 0})
-    # Reward subtracted per invalid (unparseable/inadmissible) step; the episode continues.
-    invalid_penalty: float = field(default=0.1, metadata={"ge": 0.0})
+    # Reward subtracted per invalid (unparseable/inadmissible) step, episode continues; 0 = the
+    # papers' binary outcome; verl-agent's ALFWorld/WebShop recipes use 0.1 (a study setting).
+    invalid_penalty: float = field(default=0.0, metadata={"ge": 0.0})
     # Training split to sample tasks from.
     train_split: str = "train"
     # Sample builder: "window" (one sample per turn, last N turns) or "full" (one sequence).
@@ -140,6 +142,10 @@ class WriterConfig:
     # Token budget of one written hindsight (generation stops at end of text first); it must
     # hold what the writer imitates: the built-in oracle's annotations run to 300 tokens.
     max_new_tokens: int = field(default=320, metadata={"ge": 1})
+    # Token budget of one skill in a teacher's context, on top of the student's prompt (the
+    # teacher keeps the student's history); longer skills are cut (skill/cut_count). 320
+    # holds the built-in oracle's skills (at most 300 tokens on household).
+    max_skill_tokens: int = field(default=320, metadata={"ge": 1})
     # External writer: chat-completions base URL, model name and the env var with the key.
     endpoint: str = ""
     # External writer: the model name sent to the endpoint.
@@ -150,7 +156,8 @@ class WriterConfig:
     max_retries: int = field(default=3, metadata={"ge": 0})
     # External writer: seconds per request.
     timeout_s: float = field(default=60.0, metadata={"gt": 0.0})
-    # Static writer / Skill-SD / Skill-GRPO: path to a skill library (JSON); "" = built-in.
+    # Static writer / Skill-SD / Skill-GRPO: path to a skill library (JSON); "" = built-in:
+    # the oracle's skills, or for seed_static the policy's own, written once at the RL start.
     library: str = ""
 
 
@@ -630,8 +637,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
     * ``stages.warm_start.enabled`` <- backbone is tiny; ``stages.skill_sft.enabled`` <- spec
       ``skill_sft`` (SEED Stage 1).
 
-    A method that pins the writer refresh (spec ``writer_refresh`` not None, e.g. SEED w/o
-    self-evolving = 0, never) overrides ``writer.refresh_every``.  Raises ConfigError for an
+    A method that pins the writer refresh (spec ``writer_refresh`` not None, e.g. the stale
+    analyzer ``seed_stale`` = 0, never) overrides ``writer.refresh_every``.  Raises ConfigError for an
     unknown method/env, an oracle writer on a non-built-in env, an external writer without
     endpoint, or a default the method table leaves open.
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,10 +34,12 @@ from trainer.writers import (
     StaticWriter,
     Writer,
     build_library,
+    library_from,
     load_library,
 )
 
 LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
+SELF_LIBRARY = "library.json"  # a self-written static library, in output.dir (kept for resume)
 TOKENIZER_EPISODES = 120  # expert episodes whose text trains a tiny/shaped backbone's tokenizer
 
 
@@ -121,10 +124,11 @@ def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
     ctx = Context(cfg=cfg, spec=spec, make_env=make_env, prompt_env=prompt_env, model=model,
                   tokenizer=tokenizer, builder=builder, backend=make_backend(cfg.model, model, tokenizer),
                   train_tasks=train_tasks)
-    if spec.rollout_skill or spec.eval_skill or cfg.writer.kind == "static":
-        entries = load_library(cfg.writer.library) if cfg.writer.library else \
-            build_library(make_env, train_tasks[-LIBRARY_TASKS:])
-        ctx.library = StaticWriter(entries)
+    if cfg.writer.library and (spec.rollout_skill or spec.eval_skill or cfg.writer.kind == "static"):
+        ctx.library = StaticWriter(load_library(cfg.writer.library))
+    elif spec.rollout_skill or spec.eval_skill or (cfg.writer.kind == "static" and spec.library == "oracle"):
+        ctx.library = StaticWriter(build_library(make_env, train_tasks[-LIBRARY_TASKS:]))
+    # spec.library == "self": written by the policy after the SFT stages (start_rl)
     if "privileged" in spec.skills:
         ctx.privileged = PrivilegedContext(make_env)
     return ctx
@@ -134,6 +138,38 @@ def frozen_writer(ctx: Context) -> torch.nn.Module | None:
     """The self writer's frozen snapshot (stale / refresh_every > 1), None otherwise."""
     frozen = getattr(ctx.writer, "frozen", None)
     return frozen() if frozen is not None else None
+
+
+def self_library(ctx: Context, resume: Path | None = None) -> StaticWriter:
+    """SEED's static library (Table 2): the policy at the RL initialisation (after the warm
+    start and Stage 1, the run's earliest checkpoint) plays one episode per library task and
+    its own writer writes their skills, once; valid ones become the library.  Saved as
+    ``output.dir/library.json`` and, on resume, read back instead of rewritten.  Metrics
+    ``library/size`` and ``library/valid_rate`` land on the writer's ``metrics``."""
+    import dataclasses
+
+    from trainer.rollout import Sampling, collect
+
+    cfg = ctx.cfg
+    path = Path(cfg.output.dir) / SELF_LIBRARY
+    if resume is not None and path.exists():
+        library = StaticWriter(load_library(str(path)), allow_empty=True)
+        library.metrics = {"library/size": float(len(library.entries))}
+        return library
+    tasks = ctx.train_tasks[-LIBRARY_TASKS:]
+    sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
+    trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling, seed=cfg.seed)
+    writer = SelfWriter(ctx.model, ctx.tokenizer, lambda m: make_backend(cfg.model, m, ctx.tokenizer),
+                        ctx.prompt_env.domain_description(),
+                        dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens)
+    hindsights = writer.write(trajectories)
+    entries = library_from(trajectories, hindsights)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entries, indent=1) + "\n")
+    library = StaticWriter(entries, allow_empty=True)
+    library.metrics = {"library/size": float(len(entries)),
+                       "library/valid_rate": sum(h.valid for h in hindsights) / max(1, len(hindsights))}
+    return library
 
 
 def start_rl(ctx: Context, resume: Path | None = None) -> None:
@@ -151,6 +187,8 @@ def start_rl(ctx: Context, resume: Path | None = None) -> None:
         ctx.reference = copy.deepcopy(ctx.model).eval().requires_grad_(False)
         if resume is not None and rl_init_path(cfg.output.dir).exists():  # older runs: rebuilt
             load_module(ctx.reference, rl_init_path(cfg.output.dir))
+    if ctx.library is None and ctx.spec.skills and cfg.writer.kind == "static":
+        ctx.library = self_library(ctx, resume)
     ctx.writer = make_writer(ctx, cfg.writer.kind if ctx.spec.skills else "none")
     if resume is not None and frozen_writer(ctx) is not None and (Path(resume) / WRITER).exists():
         ctx.writer.restore(Path(resume) / WRITER)

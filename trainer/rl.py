@@ -12,6 +12,11 @@ records.  Both detached.  A row gets OPD for a context exactly when it has that 
 text: the privileged context always (it never depends on a writer), the Positive skill when
 the writer's output parsed, the Negative skill when it also named a boundary; a valid
 output without a (valid) boundary keeps Positive throughout (ETRO's k = infinity).
+
+Same history for teacher and student (DESIGN.md, "Skill splicing"): a teacher sequence is
+the student's, history truncation included, with the context's text spliced in on top.  That
+text has its own budget, ``writer.max_skill_tokens``: a longer one is cut once per step
+(``skill/cut_count``, ``skill/cut_rate``), never an error.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from envs.base import Hindsight
 from trainer.algos import CreditInputs, LossInputs, policy_loss, token_advantages
 from trainer.context import Context
 from trainer.rollout import Sampling, collect
-from trainer.samples import Trajectory, assert_same_actions
+from trainer.samples import Trajectory, assert_same_actions, cut_skill, join_skills
 from trainer.scoring import ActionBatch, score_trajectories
 
 
@@ -82,6 +87,9 @@ class StepBatch:
     deltas: dict[str, torch.Tensor]
     generated_tokens: int = 0
     adv_metrics: dict[str, float] = field(default_factory=dict)
+    # context -> each row's teacher text within writer.max_skill_tokens (None = none)
+    texts: dict[str, list[str | None]] = field(default_factory=dict)
+    skill_metrics: dict[str, float] = field(default_factory=dict)
 
 
 def teacher_mode(ctx: Context) -> str:
@@ -106,16 +114,34 @@ def context_skills(ctx: Context, context: str, trajectories, hindsights) -> list
     return texts
 
 
+def budgeted_texts(ctx: Context, contexts, trajectories, hindsights) -> tuple[dict, dict[str, float]]:
+    """Each context's :func:`context_skills`, cut to ``writer.max_skill_tokens`` tokens, and
+    ``skill/cut_count`` (texts cut, all contexts) and ``skill/cut_rate`` (of the texts)."""
+    budget = ctx.cfg.writer.max_skill_tokens
+    texts, cut, present = {}, 0, 0
+    for context in contexts:
+        pairs = [cut_skill(ctx.tokenizer, t, budget)
+                 for t in context_skills(ctx, context, trajectories, hindsights)]
+        texts[context] = [t for t, _ in pairs]
+        cut += sum(c for _, c in pairs)
+        present += sum(t is not None for t, _ in pairs)
+    metrics = {"skill/cut_count": float(cut), "skill/cut_rate": cut / present if present else 0.0}
+    return texts, metrics
+
+
+def _added_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None]:
+    """The teacher's own text per row for ``context`` (budgeted when collected)."""
+    if context in batch.texts:
+        return batch.texts[context]
+    return budgeted_texts(ctx, [context], batch.trajectories, batch.hindsights)[0][context]
+
+
 def skill_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None]:
     """The text spliced into each trajectory's context for teacher context ``context``:
-    the rollout skill (Skill-GRPO) joined with :func:`context_skills` (None = no skill)."""
-    texts = context_skills(ctx, context, batch.trajectories, batch.hindsights)
-    return [_join(r, s) for r, s in zip(batch.rollout_skills or [None] * len(texts), texts)]
-
-
-def _join(rollout_skill: str | None, skill: str | None) -> str | None:
-    parts = [p for p in (rollout_skill, skill) if p]
-    return "\n".join(parts) if parts else None
+    the rollout skill (Skill-GRPO) joined with :func:`context_skills` within the skill budget
+    (None = no skill)."""
+    texts = _added_texts(ctx, context, batch)
+    return [join_skills(r, s) for r, s in zip(batch.rollout_skills or [None] * len(texts), texts)]
 
 
 def _score(ctx: Context, model, trajectories, skills, grad=False, entropy=False) -> tuple[ActionBatch, list]:
@@ -128,11 +154,14 @@ def _teacher_logp(ctx: Context, model, batch: StepBatch, context: str, student_s
     """Teacher log-probs [B, T] of ``context`` for ``rows`` (default all); rows without that
     skill get the student's own log-probs (Delta = 0).  ``student_seq`` are the student
     sequences of the same rows, already built by the scoring pass; the teacher must score
-    identical action tokens (asserted)."""
-    texts = skill_texts(ctx, context, batch)
-    trajs = batch.trajectories if rows is None else [batch.trajectories[i] for i in rows]
-    texts = texts if rows is None else [texts[i] for i in rows]
-    teacher, teacher_seq = score_trajectories(model, ctx.builder, trajs, texts, micro_batch=16)
+    identical action tokens (asserted), in the student's context (rollout skill and history
+    truncation) with the context's text added."""
+    rows = list(range(len(batch.trajectories))) if rows is None else rows
+    added = _added_texts(ctx, context, batch)
+    student = batch.rollout_skills or [None] * len(batch.trajectories)
+    teacher, teacher_seq = score_trajectories(
+        model, ctx.builder, [batch.trajectories[i] for i in rows], [student[i] for i in rows],
+        micro_batch=16, added_skills=[added[i] for i in rows])
     assert_same_actions(student_seq, teacher_seq)
     return teacher.logp
 
@@ -157,10 +186,12 @@ def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
     if ctx.reference is not None:
         with timer("reference"):
             logp_ref = _score(ctx, ctx.reference, trajectories, rollout_skills)[0].logp
-    rows = {c: torch.tensor([t is not None for t in context_skills(ctx, c, trajectories, hindsights)],
-                            device=old.logp.device) for c in spec.skills}  # context -> [B] bool
+    texts, skill_metrics = budgeted_texts(ctx, spec.skills, trajectories, hindsights)
+    rows = {c: torch.tensor([t is not None for t in texts[c]], device=old.logp.device)
+            for c in spec.skills}  # context -> [B] bool
     batch = StepBatch(trajectories, group_ids, rollout_skills, hindsights, old, old.logp.new_zeros(()), logp_ref,
-                      {}, rows, {}, generated)
+                      {}, rows, {}, generated, texts=texts,
+                      skill_metrics=skill_metrics if spec.skills else {})
     if spec.skills and teacher_mode(ctx) == "old":
         with timer("teacher"):
             for context in spec.skills:
@@ -267,6 +298,7 @@ def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str,
         "train/entropy": float((batch.old.entropy * mask).sum() / mask.sum().clamp(min=1)),
     }
     metrics.update(batch.adv_metrics)
+    metrics.update(batch.skill_metrics)
     if batch.hindsights is not None:
         skills = [h.positive_skill for h in batch.hindsights if h.valid]
         metrics["writer/invalid_rate"] = _mean([not h.valid for h in batch.hindsights])

@@ -90,6 +90,8 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     if ckpt is None:
         _sft_stages(ctx, logger, progress, cache, cached)
         start_rl(ctx)
+        if ctx.library is not None and ctx.library.metrics:
+            logger.log_metrics(0, ctx.library.metrics)
         if ctx.reference is not None:
             save_module(ctx.reference, rl_init_path(out))  # restored on resume
         state = TrainerState(run_id=logger.run_id)

@@ -30,6 +30,13 @@ do not fit).  In ``full`` mode turn t keeps pairs k_t..t-1 for the smallest fitt
 k_t never decreases with t, so turns sharing k_t share one sequence.  With a turn-0 prompt
 the two modes give the same tokens.
 
+Teacher contexts (``added_skill``): truncation is decided once, on the student's context
+(its own ``skill``, e.g. Skill-GRPO's rollout skill, or none), and the teacher's skill is
+spliced on top of exactly that history, so that Delta measures the skill and nothing else.
+The teacher's prompt may therefore exceed ``max_prompt_tokens`` by the skill's length; the
+skill has its own budget (``writer.max_skill_tokens``, cut by :func:`cut_skill` in
+``trainer/rl.py``, counted in ``skill/cut_count``) and never raises :class:`PromptTooLong`.
+
 Action mask: 1 on exactly the tokens the policy sampled (every response token, including
 ``<|im_end|>`` when the policy sampled it, since it has a behaviour log-prob); 0 on system,
 task, skill, observations, template-appended end-of-turn tokens and padding.  ``turn_ids``
@@ -132,6 +139,26 @@ def encode_chat(
     return ids + (encode(tokenizer, f"{IM_START}assistant\n") if add_generation_prompt else [])
 
 
+def join_skills(*skills: str | None) -> str | None:
+    """The non-empty ``skills`` joined by newlines (a rollout skill, then a teacher's); None
+    when there is none."""
+    parts = [s for s in skills if s]
+    return "\n".join(parts) if parts else None
+
+
+def cut_skill(
+    tokenizer: PreTrainedTokenizerBase, text: str | None, max_tokens: int
+) -> tuple[str | None, bool]:
+    """``text`` cut to its first ``max_tokens`` tokens (a skill's own budget,
+    ``writer.max_skill_tokens``) and whether it was cut; None stays None."""
+    if not text:
+        return text, False
+    ids = encode(tokenizer, text)
+    if len(ids) <= max_tokens:
+        return text, False
+    return tokenizer.decode(ids[:max_tokens]), True
+
+
 def task_message(
     task_text: str, observation: str, skill: str | None = None, history: str = ""
 ) -> str:
@@ -161,6 +188,9 @@ class _FullChat:
     observations: list[str]
     pairs: list[list[int]]
     first_user: dict[int, list[int]] = field(default_factory=dict)
+    # a teacher's skill on top of ``skill``: spliced into the prompts, never deciding k_t
+    added: str | None = None
+    spliced_user: dict[int, list[int]] = field(default_factory=dict)
 
 
 class SampleBuilder:
@@ -216,46 +246,77 @@ class SampleBuilder:
 
     # -- scoring -------------------------------------------------------------------------
     def build(
-        self, traj: Trajectory, skill: str | None = None, index: int = 0
+        self,
+        traj: Trajectory,
+        skill: str | None = None,
+        index: int = 0,
+        added_skill: str | None = None,
     ) -> list[TokenSequence]:
         """Scoring sequences of one trajectory (``index`` = its batch row): one per turn in
-        ``window`` mode, one per truncation group (usually one) in ``full`` mode."""
+        ``window`` mode, one per truncation group (usually one) in ``full`` mode.
+
+        ``skill`` is part of the scored context (decides the truncation); ``added_skill`` (a
+        teacher's) is spliced after it into the prompts whose history ``skill`` alone decided."""
         if self.context == "window":
-            return [self._window_sample(traj, t, skill, index) for t in range(len(traj.turns))]
-        return self._full_samples(traj, skill, index)
+            return [
+                self._window_sample(traj, t, skill, index, added_skill)
+                for t in range(len(traj.turns))
+            ]
+        return self._full_samples(traj, skill, index, added_skill)
 
     def build_batch(
-        self, trajectories: Sequence[Trajectory], skills: Sequence[str | None] | None = None
+        self,
+        trajectories: Sequence[Trajectory],
+        skills: Sequence[str | None] | None = None,
+        added_skills: Sequence[str | None] | None = None,
     ) -> list[TokenSequence]:
         """All sequences of a batch; trajectory b gets ``traj = b``; ``skills[b]`` (None = no
-        skill, i.e. the student context) is spliced into every context of trajectory b."""
-        skills = [None] * len(trajectories) if skills is None else list(skills)
-        if len(skills) != len(trajectories):
-            raise ValueError(f"{len(skills)} skills for {len(trajectories)} trajectories")
+        skill, i.e. the student context) is spliced into every context of trajectory b, and
+        ``added_skills[b]`` (a teacher's) on top of it without changing the history kept."""
+        n = len(trajectories)
+        skills = [None] * n if skills is None else list(skills)
+        added = [None] * n if added_skills is None else list(added_skills)
+        if len(skills) != n or len(added) != n:
+            raise ValueError(
+                f"{len(skills)} skills and {len(added)} added skills for {n} trajectories"
+            )
         return [
-            s for b, (tr, sk) in enumerate(zip(trajectories, skills)) for s in self.build(tr, sk, b)
+            s
+            for b, (tr, sk, ad) in enumerate(zip(trajectories, skills, added))
+            for s in self.build(tr, sk, b, ad)
         ]
 
     # -- window mode ---------------------------------------------------------------------
     def _window_prompt(
-        self, task: Task, turns: Sequence[Turn], observation: str, skill: str | None
+        self,
+        task: Task,
+        turns: Sequence[Turn],
+        observation: str,
+        skill: str | None,
+        added: str | None = None,
     ) -> list[int]:
+        """The prompt with the most recent pairs that fit beside ``skill``; ``added`` is then
+        spliced in with that same history."""
         task_text = self.env.task_instruction(task)
         current = self.env.format_observation(observation)
+
+        def prompt_of(history: str, text: str | None) -> list[int]:
+            user = message_ids(self.tokenizer, "user", task_message(task_text, current, text, history))
+            return self._system + user + self._gen
+
         for shown in range(min(self.history_window, len(turns)), -1, -1):
             history = history_block(turns[len(turns) - shown :], len(turns))
-            user = message_ids(
-                self.tokenizer, "user", task_message(task_text, current, skill, history)
-            )
-            prompt = self._system + user + self._gen
+            prompt = prompt_of(history, skill)
             if len(prompt) <= self.max_prompt_tokens:
-                return prompt
+                return prompt_of(history, join_skills(skill, added)) if added else prompt
         raise self._too_long(len(prompt))
 
     def _window_sample(
-        self, traj: Trajectory, t: int, skill: str | None, index: int
+        self, traj: Trajectory, t: int, skill: str | None, index: int, added: str | None = None
     ) -> TokenSequence:
-        prompt = self._window_prompt(traj.task, traj.turns[:t], traj.turns[t].observation, skill)
+        prompt = self._window_prompt(
+            traj.task, traj.turns[:t], traj.turns[t].observation, skill, added
+        )
         response = list(traj.response_ids[t])
         return TokenSequence(
             tuple(prompt + response),
@@ -288,18 +349,23 @@ class SampleBuilder:
     def _end_of(self, response: Sequence[int]) -> list[int]:
         return self._newline if response and response[-1] == self._im_end_id else self._end
 
-    def _first_user(self, chat: _FullChat, k: int) -> list[int]:
-        """The task message when pairs before k are dropped: task, skill, o_k (memoised)."""
-        if k not in chat.first_user:
+    def _first_user(self, chat: _FullChat, k: int, spliced: bool = False) -> list[int]:
+        """The task message when pairs before k are dropped: task, skill, o_k (memoised);
+        ``spliced``: with the teacher's added skill after the skill."""
+        if spliced and chat.added:
+            memo, skill = chat.spliced_user, join_skills(chat.skill, chat.added)
+        else:
+            memo, skill = chat.first_user, chat.skill
+        if k not in memo:
             obs = self.env.format_observation(chat.observations[k])
-            text = task_message(self.env.task_instruction(chat.task), obs, chat.skill)
-            chat.first_user[k] = message_ids(self.tokenizer, "user", text)
-        return chat.first_user[k]
+            text = task_message(self.env.task_instruction(chat.task), obs, skill)
+            memo[k] = message_ids(self.tokenizer, "user", text)
+        return memo[k]
 
     def _full_prefix(self, chat: _FullChat, start: int, t: int) -> list[int]:
-        """Prompt of turn t keeping pairs start..t-1."""
+        """Prompt of turn t keeping pairs start..t-1 (with the added skill, if any)."""
         body = [i for pair in chat.pairs[start:t] for i in pair]
-        return self._system + self._first_user(chat, start) + self._gen + body
+        return self._system + self._first_user(chat, start, spliced=True) + self._gen + body
 
     def _full_start(self, chat: _FullChat, t: int) -> int:
         """k_t: the fewest oldest pairs to drop so that turn t's prompt fits."""
@@ -311,13 +377,16 @@ class SampleBuilder:
             tail -= len(chat.pairs[k]) if k < t else 0
         raise self._too_long(length)
 
-    def _full_samples(self, traj: Trajectory, skill: str | None, index: int) -> list[TokenSequence]:
+    def _full_samples(
+        self, traj: Trajectory, skill: str | None, index: int, added: str | None = None
+    ) -> list[TokenSequence]:
         n = len(traj.turns)
         if n == 0:
             return []
         chat = self._full_pieces(
             traj.task, traj.turns[:-1], traj.response_ids[:-1], traj.turns[-1].observation, skill
         )
+        chat.added = added  # k_t below is decided without it
         starts = [self._full_start(chat, t) for t in range(n)]
         groups = [t for t in range(n) if t == 0 or starts[t] != starts[t - 1]] + [n]
         return [

@@ -192,12 +192,15 @@ def score_trajectories(
     *,
     grad: bool = False,
     with_entropy: bool = True,
+    added_skills: Sequence[str | None] | None = None,
 ) -> tuple[ActionBatch, list[TokenSequence]]:
     """Build (with ``skills`` spliced in, None = student context), score and collate.
+    ``added_skills`` (a teacher's) go on top of ``skills`` with the history ``skills``
+    alone keeps (:meth:`SampleBuilder.build`): the teacher sees the student's history.
 
     Returns the [B, T] :class:`ActionBatch` and the sequences (for
     :func:`trainer.samples.assert_same_actions` between teacher and student)."""
-    sequences = builder.build_batch(trajectories, skills)
+    sequences = builder.build_batch(trajectories, skills, added_skills)
     if not sequences:
         raise ValueError("no turns to score: every trajectory is empty")
     logp, entropy = sequence_logprobs(

@@ -137,22 +137,29 @@ def _words(text: str) -> set[str]:
 
 class StaticWriter:
     """A fixed skill library: entries ``{"instruction", "skill"}``; each trajectory gets the
-    skill of the entry whose instruction shares the most words with its task (Jaccard)."""
+    skill of the entry whose instruction shares the most words with its task (Jaccard).
+    ``allow_empty``: a self-written library may have no valid entry; every trajectory then
+    gets an invalid hindsight (counted in ``writer/invalid_rate``)."""
 
     kind = "static"
 
-    def __init__(self, library: Sequence[dict]):
-        if not library:
+    def __init__(self, library: Sequence[dict], allow_empty: bool = False):
+        if not library and not allow_empty:
             raise ValueError("static writer: the skill library is empty")
         self.library = [(_words(e["instruction"]), e["skill"]) for e in library]
+        self.entries = [dict(e) for e in library]
+        self.metrics: dict[str, float] = {}
 
     def retrieve(self, task: Task) -> str:
+        if not self.library:
+            return ""
         words = _words(task.instruction)
         best = max(self.library, key=lambda e: len(words & e[0]) / max(1, len(words | e[0])))
         return best[1]
 
     def write(self, trajectories):
-        return [Hindsight(positive_skill=self.retrieve(t.task)) for t in trajectories]
+        skills = [self.retrieve(t.task) for t in trajectories]
+        return [Hindsight(positive_skill=s) if s else INVALID for s in skills]
 
     def on_update(self, step, policy):
         pass
@@ -169,6 +176,17 @@ def build_library(make_env: Callable[[], TextEnv], tasks: Sequence[Task]) -> lis
         {"instruction": t.instruction, "skill": oracle.write(run_episode(env, t, act)).positive_skill}
         for t in tasks
     ]
+
+
+def library_from(trajectories: Sequence[Trajectory], hindsights: Sequence[Hindsight]) -> list[dict]:
+    """Library entries of the trajectories whose hindsight is valid (one per task: the
+    first valid one)."""
+    entries, seen = [], set()
+    for traj, h in zip(trajectories, hindsights):
+        if h.valid and h.positive_skill and traj.task.id not in seen:
+            seen.add(traj.task.id)
+            entries.append({"instruction": traj.task.instruction, "skill": h.positive_skill})
+    return entries
 
 
 def load_library(path: str) -> list[dict]:

@@ -98,7 +98,7 @@ class ALFWorldEnv(TextEnv):
     default_max_turns = 50  # ALFWorld's evaluation budget
 
     def __init__(self, game_files: str | None = None, planner: bool = False,
-                 max_turns: int = 0, invalid_penalty: float = 0.1, show_admissible: bool = True):
+                 max_turns: int = 0, invalid_penalty: float = 0.0, show_admissible: bool = True):
         """``show_admissible``: every observation ends with the engine's admissible
         commands, as in verl-agent's ALFWorld prompt."""
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)

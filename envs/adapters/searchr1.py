@@ -101,7 +101,7 @@ class SearchR1Env(SearchProtocolEnv):
     name = "searchr1"
 
     def __init__(self, data: str | None = None, url: str | None = None, max_turns: int = 0,
-                 invalid_penalty: float = 0.1, topk: int = 3, timeout_s: float = 30.0):
+                 invalid_penalty: float = 0.0, topk: int = 3, timeout_s: float = 30.0):
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty, topk=topk)
         self.url = option_or_env(ADAPTER, url, "SEARCHR1_URL", "url", "http://127.0.0.1:8000/retrieve")
         data = option_or_env(ADAPTER, data, "SEARCHR1_DATA", "data", "/data/nq_search/test.parquet")

@@ -59,7 +59,7 @@ class WebShopEnv(TextEnv):
     default_max_turns = 15
     splits = ("train", "test")
 
-    def __init__(self, url: str | None = None, max_turns: int = 0, invalid_penalty: float = 0.1,
+    def __init__(self, url: str | None = None, max_turns: int = 0, invalid_penalty: float = 0.0,
                  n_train: int = 2400, timeout_s: float = 60.0):
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
         self.url = option_or_env(ADAPTER, url, "WEBSHOP_URL", "url", "http://127.0.0.1:36001").rstrip("/")

@@ -82,7 +82,7 @@ class HouseholdEnv(TextEnv):
     def __init__(
         self,
         max_turns: int = 0,
-        invalid_penalty: float = 0.1,
+        invalid_penalty: float = 0.0,
         level: str = "full",
         show_admissible: bool = True,
     ):

@@ -69,7 +69,7 @@ class SearchQAEnv(SearchProtocolEnv):
     name = "searchqa"
     splits = SPLITS
 
-    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.1, topk: int = 3,
+    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.0, topk: int = 3,
                  n_passages: int = 0):
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty, topk=topk)
         self.n_passages = n_passages

@@ -92,7 +92,7 @@ class SearchProtocolEnv(TextEnv):
 
     default_max_turns = 5
 
-    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.1, topk: int = 3):
+    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.0, topk: int = 3):
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")

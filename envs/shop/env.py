@@ -122,7 +122,7 @@ class ShopEnv(TextEnv):
     default_max_turns = 15
     splits = ("train", "eval")
 
-    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.1, catalog_seed: str = "v1"):
+    def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.0, catalog_seed: str = "v1"):
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
         self.catalog_seed = catalog_seed
         self.catalog: Catalog = get_catalog(catalog_seed)

@@ -27,7 +27,7 @@ METHODS = {
     "grpo": FakeSpec("grpo", "GRPO baseline", "grpo", None, None, "none", "old", 0.0, False),
     "seed": FakeSpec("seed", "SEED: gated hindsight OPD", "grpo", None, "seed_gated", "self",
                      "current", 0.01, True),
-    "seed_stale": FakeSpec("seed_stale", "SEED w/o self-evolving", "grpo", None, "seed_gated",
+    "seed_stale": FakeSpec("seed_stale", "SEED with a stale analyzer", "grpo", None, "seed_gated",
                            "self", "current", 0.01, True, writer_refresh=0),
     "etro": FakeSpec("etro", "ETRO: error-truncated OPD", "grpo", "etro", None, "oracle", "old",
                      0.001, False),

@@ -157,12 +157,16 @@ def _uniform_turn(inputs: CreditInputs, low: Tensor, high: Tensor, who: str) -> 
 def _with_negative_at(inputs: CreditInputs, neg_turn: Tensor) -> Tensor:
     """ETRO routing with the one-turn Negative mask moved to ``neg_turn`` ``[B]`` (Sec. 4.4).
 
-    Positive stays on success / no-boundary / t < k except the Negative turn; the diagnosed
-    error turn k gets no OPD unless it is the Negative turn; the suffix stays OPD-free.
+    "Only the location of Negative supervision varies; the supervised turn count remains
+    fixed": ETRO supervises k + 1 turns of a bounded failure (Positive on t < k, Negative at
+    k).  Moved into the prefix (j < k), Negative and Positive swap turns: Positive covers
+    t <= k except j, so the count stays k + 1.  Moved into the suffix (j > k), Positive stays
+    on t < k and k gets no OPD (again k + 1).  Success / no-boundary rows are unchanged.
     """
     r = _regions(inputs)
     neg = r.bounded & (inputs.turn_ids == neg_turn[:, None])  # [B, T]
-    pos = r.positive & ~neg
+    moved_before_k = (neg_turn < inputs.error_turn)[:, None]  # [B, 1]
+    pos = (r.positive | (r.error & moved_before_k)) & ~neg
     return _on(pos, inputs.need("delta_pos", "ETRO")) + _on(neg, inputs.need("delta_neg", "ETRO"))
 
 

@@ -24,6 +24,10 @@ trajectory's single hindsight skill), its Negative skill, and the privileged con
 (privileged task facts such as the oracle's plan; OPSD / RLSD)."""
 
 WRITER_KINDS = ("self", "oracle", "static", "none")
+LIBRARY_SOURCES = ("oracle", "self")
+"""Who writes a static skill library: the privileged oracle from expert episodes, or the
+policy's own writer, once, at the RL initialisation (SEED Table 2: "skills generated once,
+from an early checkpoint, never refreshed")."""
 TEACHERS = ("old", "current")
 
 SEED = "SEED (Wu et al. 2026, arXiv 2607.14777; review by Z. Zhou)"
@@ -54,6 +58,8 @@ class MethodSpec:
         writer_refresh: None = the config's ``writer.refresh_every``; 0 = never refresh.
         suffix_skill / suffix_weight: fixed by ETRO's suffix ablations (Table 3); None = the
             config's ``algo.suffix_skill`` / ``algo.suffix_weight``.
+        library: who writes the static library when ``writer.library`` names no file
+            (:data:`LIBRARY_SOURCES`).
     """
 
     name: str
@@ -74,6 +80,7 @@ class MethodSpec:
     writer_refresh: int | None = None
     suffix_skill: str | None = None
     suffix_weight: float | None = None
+    library: str = "oracle"
 
     def __post_init__(self) -> None:
         ADVANTAGES.get(self.advantage)
@@ -89,6 +96,7 @@ class MethodSpec:
         for field, value, valid in (
             ("writer", self.writer, WRITER_KINDS),
             ("teacher", self.teacher, TEACHERS),
+            ("library", self.library, LIBRARY_SOURCES),
         ):
             if value not in valid:
                 raise ValueError(f"{self.name}: {field} {value!r} is not one of {', '.join(valid)}")
@@ -173,15 +181,30 @@ _TABLE = [
         skill_sft=True,
     ),
     _seed("seed_no_sft", "SEED without Stage-1 hindsight-skill SFT (Table 2 ablation)"),
+    _plain(
+        "seed_no_self_evolving",
+        "SEED w/o self-evolving (Table 2): Stage-1 hindsight-skill SFT, then GRPO without OPD",
+        f"{SEED}: Table 2 ablation (Stage 1's supervision without the Stage-2 distillation loop)",
+        skill_sft=True,
+    ),
     _seed(
         "seed_stale",
-        "SEED without the self-evolving refresh: the writer snapshot is never updated",
+        "SEED with a stale analyzer: the writer snapshot is never refreshed (Prop. 3 probe; "
+        "not the paper's w/o self-evolving)",
         skill_sft=True,
         writer_refresh=0,
     ),
     _seed(
         "seed_static",
-        "SEED with a static offline skill library instead of on-policy skills",
+        "SEED with a static library: skills the policy's own writer wrote once, at the RL "
+        "start, never refreshed (Table 2)",
+        skill_sft=True,
+        writer="static",
+        library="self",
+    ),
+    _seed(
+        "seed_static_oracle",
+        "SEED with a static library of the oracle's skills (privileged; not Table 2's)",
         skill_sft=True,
         writer="static",
     ),
