@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-TABLE_RGB, CARD_RGB, INK_RGB, RED_RGB, TEXT_RGB = (53, 101, 77), (250, 250, 245), (20, 20, 20), (200, 30, 30), (255, 255, 255)
+TABLE_RGB, CARD_RGB, TEXT_RGB = (53, 101, 77), (250, 250, 245), (255, 255, 255)
+INK_RGB, RED_RGB = (20, 20, 20), (200, 30, 30)
 
 
 @lru_cache(maxsize=8)
