@@ -238,3 +238,17 @@ def test_images_have_the_table_size_and_ride_in_info_when_on():
     r = act(env, "10")
     assert r.info["image"].size == (224, 224)
     assert r.observation == EZPointsEnv().reset(KING_TWO, replay=["10"])  # text unchanged
+
+
+def test_bench_reports_expert_and_random_success_per_panel():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_envs", ROOT / "scripts" / "bench_envs.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.panel_success("ezpoints", max_tasks=40) + bench.panel_success("sokoban@2box", max_tasks=5)
+    assert [(r["env"], r["split"], r["tasks"]) for r in rows] == [
+        ("ezpoints", "train", 40), ("ezpoints", "eval", 40),
+        ("sokoban@2box", "train", 5), ("sokoban@2box", "eval", 5)]
+    assert all(r["expert"] == 1.0 and r["random"] is not None for r in rows)
+    assert rows[0]["random"] < rows[0]["random_adm"]
