@@ -112,6 +112,8 @@ def test_observation_shows_the_map_positions_and_admissible_moves():
     result = act(env, "right")
     assert result.observation.startswith("You move right.\n") and result.info["valid"]
     assert "#$___#\n#_@__#" in result.observation and not result.info["pushed"]
+    assert env.demo_thought(env.task) == ("Goal: push the box onto the target; never push a box "
+                                          "into a corner.")
     assert "+" in SokobanEnv(show_admissible=False).reset(
         custom_task("sokoban/custom/0002", ("#####", "#+$_#", "#####")))
 

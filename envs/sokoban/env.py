@@ -203,7 +203,8 @@ class SokobanEnv(TextEnv):
         return [a for _, a in sorted(wrong)]
 
     def demo_thought(self, task: Task) -> str:
-        boxes = len(self._require().board.start[1]) if self.solution else 1
+        """The goal in one line, the same on every turn (the demonstrator's reasoning)."""
+        boxes = len(solve(tuple(task.spec["rows"])).board.start[1])
         what = "the box onto the target" if boxes == 1 else "every box onto a target"
         return f"Goal: push {what}; never push a box into a corner."
 
