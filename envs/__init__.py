@@ -1,5 +1,6 @@
-"""Multi-turn text environments: built-in ``household``, ``shop``, ``searchqa`` and
-adapters to the real ALFWorld / WebShop / Search-R1 environments.
+"""Multi-turn text environments: built-in ``household``, ``shop``, ``searchqa``,
+``sokoban`` and ``ezpoints`` (whose observations also render as images) and adapters to the
+real ALFWorld / WebShop / Search-R1 environments.
 
 ``envs.make(name, **options)`` builds one by name.  Modules are imported lazily so that an
 adapter whose optional dependencies are missing fails only when it is asked for.
@@ -19,12 +20,15 @@ REGISTRY: dict[str, str] = {
     "household": "envs.household.env:HouseholdEnv",
     "shop": "envs.shop.env:ShopEnv",
     "searchqa": "envs.searchqa.env:SearchQAEnv",
+    "sokoban": "envs.sokoban.env:SokobanEnv",
+    "ezpoints": "envs.ezpoints.env:EZPointsEnv",
     "alfworld": "envs.adapters.alfworld:ALFWorldEnv",
     "webshop": "envs.adapters.webshop:WebShopEnv",
     "searchr1": "envs.adapters.searchr1:SearchR1Env",
 }
 
-BUILTIN = ("household", "shop", "searchqa")
+# The pure-Python envs with privileged state (exact distances, experts): the oracle writer's.
+BUILTIN = ("household", "shop", "searchqa", "sokoban", "ezpoints")
 
 
 def names() -> list[str]:

@@ -196,7 +196,8 @@ def test_cross_field_names_list_valid_choices(fake_algos):
         "open, seed, seed_stale")
     message = error_of(load_config, DATA / "run_seed.yaml", ["env.name=housework"])
     assert message.startswith("env.name: unknown env 'housework'; did you mean 'household'? "
-                              "valid envs: alfworld, household, searchqa, searchr1, shop, webshop")
+                              "valid envs: alfworld, ezpoints, household, searchqa, searchr1, shop, "
+                              "sokoban, webshop")
 
 
 # --- resolve ------------------------------------------------------------------------------
@@ -232,7 +233,8 @@ def test_resolve_keeps_explicit_values_and_applies_pinned_refresh(fake_algos):
 
 @pytest.mark.parametrize("overrides, message", [
     ({"algo.method": "etro", "env.name": "alfworld"},
-     ("writer.kind: 'oracle' needs a built-in env (household, shop, searchqa), got env.name "
+     ("writer.kind: 'oracle' needs a built-in env (household, shop, searchqa, sokoban, "
+      "ezpoints), got env.name "
       "'alfworld'; use writer.kind=self or external")),
     ({"writer.kind": "external"},
      "writer.endpoint: required when writer.kind is 'external'"),

@@ -163,7 +163,7 @@ def test_tasks_compare_by_id_only():
 
 
 def test_registry_and_split_errors_name_the_valid_values():
-    assert envs.BUILTIN == ("household", "shop", "searchqa")
+    assert envs.BUILTIN == ("household", "shop", "searchqa", "sokoban", "ezpoints")
     assert set(envs.BUILTIN) <= set(envs.names())
     with pytest.raises(ValueError, match=r"did you mean 'household'\?.*valid: alfworld"):
         envs.make("houshold")

@@ -66,3 +66,33 @@ def test_the_invalid_penalty_is_set_explicitly(path):
     env = (data.get("base") or data)["env"]
     expected = 0.1 if path == "household_small.yaml" else 0.0
     assert env["invalid_penalty"] == expected
+
+
+# The test size of examples/text_games_small.yaml: the micro backbone and batch of
+# tests/data/train_micro.yaml, one RL step, the example's env and eval split kept.
+_TEXT_GAMES_TEST_SIZE = [
+    "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
+    "model.tiny.num_kv_heads=1", "model.tiny.intermediate_size=64", "model.tiny.vocab_size=600",
+    "rollout.group_size=2", "rollout.tasks_per_step=2", "rollout.max_new_tokens=16",
+    "algo.minibatch_size=4", "stages.warm_start.episodes=6", "stages.warm_start.epochs=1",
+    "stages.warm_start.batch_size=8", "stages.warm_start.cache=false",
+    "stages.skill_sft.tasks=2", "stages.skill_sft.rollouts_per_task=1", "stages.rl.steps=1",
+    "eval.every=1", "eval.max_tasks=2",
+]
+
+
+@pytest.mark.parametrize("env, method", [("sokoban", "etro"), ("ezpoints", "seed")])
+def test_text_games_example_runs_one_rl_step_end_to_end(tmp_path, env, method):
+    """Sokoban and EZPoints train through the real trainer on their text renderings (issue
+    15, item 3), with the oracle writer (ETRO) and the self writer (SEED)."""
+    from trainer.config import load_config
+    from trainer.run import train
+    from trainer.tracking import make_client
+
+    cfg = load_config(EXAMPLES / "text_games_small.yaml", [
+        f"env.name={env}", f"algo.method={method}", *_TEXT_GAMES_TEST_SIZE,
+        f"output.dir={tmp_path / 'out'}", f"tracking.uri=sqlite:///{tmp_path / 'mlruns.db'}"])
+    result = train(cfg, progress=False)
+    run = make_client(cfg.tracking.uri).get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert {"loss/total", "train/success", "eval/eval/success"} <= set(run.data.metrics)

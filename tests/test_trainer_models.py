@@ -280,7 +280,7 @@ def test_smollm2_loads_and_generates():
 
 
 # -- save / load round trip (a reloaded tiny model must read the same token ids) -------
-@pytest.mark.parametrize("env_name", ["household", "shop", "searchqa"])
+@pytest.mark.parametrize("env_name", ["household", "shop", "searchqa", "sokoban", "ezpoints"])
 def test_saved_tokenizer_reads_every_env_text_as_the_same_ids(env_name, tmp_path):
     """Saved next to a Qwen2 model (whose config.json makes AutoTokenizer pick
     Qwen2Tokenizer, which splits digits), the locally trained tokenizer must come back

@@ -92,7 +92,8 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class EnvConfig:
-    # Environment name passed to envs.make (household, shop, searchqa, alfworld, ...).
+    # Environment name passed to envs.make (household, shop, searchqa, sokoban, ezpoints,
+    # alfworld, ...).
     name: str = "household"
     # Turn budget; 0 = the environment's default (household 30 as SEED; ETRO uses 15).
     max_turns: int = field(default=0, metadata={"ge": 0})
@@ -106,7 +107,8 @@ class EnvConfig:
     # N for the window context: how many past (observation, action) pairs are kept.
     history_window: int = field(default=2, metadata={"ge": 0})
     # Size of the domain: household "full" (paper scale) or "small" (the CPU level: rooms of
-    # at most 6 receptacles, four families); "" = the env's default (its first level).
+    # at most 6 receptacles, four families); sokoban "1box" or "2box"; "" = the env's default
+    # (its first level).
     level: str = ""
     # End every observation with the admissible commands (verl-agent's ALFWorld prompt);
     # null = on for the envs that have the switch (household, alfworld).

@@ -1,0 +1,288 @@
+"""The built-in ``ezpoints`` environment: build a formula equal to 12 from two cards.
+
+RL4VLM's gym_cards EZPoints as a text environment (rules in ``envs.ezpoints.cards``): two
+cards are dealt; each turn the agent writes one token, a card's value (``1`` .. ``10``; A
+counts 1, J/Q/K count 10), ``+``, ``*`` or ``=``.  ``=`` ends the episode: reward 1 when the
+formula uses both cards once and equals 12, else 0.  A token that is not admissible (a
+number the cards do not hold or already used, an operator where a number must stand, ``=``
+after an operator) or an unparseable response is an invalid step: reward
+``-invalid_penalty``, "Nothing happens.", the formula unchanged, the episode continues.
+
+Observations are text: what the last token did, the two cards by name ("Q of hearts"), the
+formula so far and, with ``show_admissible`` (the default), the admissible tokens.  The same
+state renders as an image (:meth:`EZPointsEnv.image`: the two cards and the formula, as
+gym_cards shows them); with ``images=True`` every step's ``info["image"]`` holds it.
+
+Splits ``train`` (1000 deals) and ``eval`` (200).  ``info`` carries ``state_key``,
+``distance`` (the fewest tokens to a winning ``=``; ``UNREACHABLE`` = 99 once no completion
+equals 12, e.g. after the wrong operator, or after an ``=`` that lost), ``plan``, ``valid``,
+``action``, ``score``, ``formula`` and ``value`` (of the formula so far).  The expert writes
+the first card, the operator that works, the second card, then ``=``; it uses only the
+visible cards, so it is also the demonstrator.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+
+from envs.base import StepResult, Task, TextEnv, format_response, parse_tagged, with_admissible
+from envs.ezpoints.cards import (
+    EQUALS,
+    TARGET,
+    TOKENS,
+    UNREACHABLE,
+    Formula,
+    admissible,
+    card_name,
+    evaluate,
+    panel,
+    plan,
+    unused,
+    value,
+    wins,
+)
+
+INVALID_OBSERVATION = "Nothing happens."
+_WORDS = {"plus": "+", "add": "+", "times": "*", "x": "*", "\u00d7": "*", "multiply": "*",
+          "equals": "=", "equal": "=", "==": "="}
+_TOKEN_RE = re.compile(r"(?:(?:write|type|press|enter)\s+)?(\S+)")
+
+
+def parse_token(response_text: str) -> str | None:
+    """The token in a response (``1`` .. ``10``, ``+``, ``*``, ``=``), or None.
+
+    Takes the last ``<action>...</action>`` span, lower-cases it, drops a trailing period
+    and an optional leading verb ("write 10"); "plus", "times", "x" and "equals" are read as
+    ``+``, ``*``, ``=``.  Anything else (several tokens, other numbers, card names) is
+    None: an invalid step."""
+    action = parse_tagged(response_text)
+    if action is None:
+        return None
+    text = action.lower().strip()
+    text = text[:-1] if len(text) > 1 and text.endswith(".") else text
+    match = _TOKEN_RE.fullmatch(text)
+    if not match:
+        return None
+    token = _WORDS.get(match[1], match[1])
+    return token if token in TOKENS else None
+
+
+class EZPointsEnv(TextEnv):
+    """gym_cards EZPoints as text (module docstring).  One episode at a time."""
+
+    name = "ezpoints"
+    default_max_turns = 6
+    splits = ("train", "eval")
+    actions = TOKENS
+
+    def __init__(
+        self,
+        max_turns: int = 0,
+        invalid_penalty: float = 0.0,
+        show_admissible: bool = True,
+        images: bool = False,
+        image_size: int = 300,
+    ):
+        """``max_turns`` 0 = 6 (four tokens solve a deal); ``show_admissible``:
+        observations end with the admissible tokens; ``images``: every step's
+        ``info["image"]`` is the rendered table (``image_size`` square pixels)."""
+        super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
+        self.show_admissible = show_admissible
+        self.images = images
+        self.image_size = image_size
+        self.cards: tuple[tuple[str, str], ...] = ()
+        self.values: tuple[int, ...] = ()
+        self.formula: Formula = ()
+        self.ended = False  # "=" written
+        self.success = False
+        self.done = False
+        self._rng = random.Random("ezpoints/expert")
+
+    # -- tasks -------------------------------------------------------------------------
+    def panel(self, split: str) -> list[Task]:
+        self.check_split(split)
+        return list(panel(split))
+
+    # -- episode -----------------------------------------------------------------------
+    def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
+        if task.env != self.name:
+            raise ValueError(f"task {task.id!r} belongs to env {task.env!r}, not {self.name!r}")
+        if "cards" not in task.spec:
+            raise ValueError(f"task {task.id!r} spec lacks 'cards'; not an ezpoints task")
+        self.task, self.turn, self.done = task, 0, False
+        self.cards = tuple((str(r), str(s)) for r, s in task.spec["cards"])
+        self.values = tuple(value(r) for r, _ in self.cards)
+        self.formula, self.ended, self.success = (), False, False
+        self._rng = random.Random(f"ezpoints/expert/{task.id}")
+        observation = self._observe("The cards are dealt.")
+        for i, action in enumerate(replay):
+            if self.done:
+                raise ValueError(f"replay of {task.id!r} ends the episode at action {i - 1}; "
+                                 f"{len(replay) - i} actions left over")
+            observation = self.step(format_response(action)).observation
+        return observation
+
+    def step(self, response_text: str) -> StepResult:
+        if not self.cards or self.done:
+            raise RuntimeError("ezpoints: call reset(task) before step() (episode not running)")
+        self.turn += 1
+        token = self.parse_action(response_text)
+        valid = token is not None and token in self.admissible_actions()
+        reward = 0.0
+        if not valid:
+            message, reward = INVALID_OBSERVATION, -self.invalid_penalty
+        elif token == EQUALS:
+            self.ended, self.success = True, wins(self.values, self.formula)
+            reward = 1.0 if self.success else 0.0
+            message = self._verdict()
+        else:
+            self.formula += (token,)
+            message = f"You write {token}."
+        self.done = self.ended or self.turn >= self.max_turns
+        info = {"state_key": self.state_key(), "distance": self.distance_to_goal(),
+                "plan": self.optimal_plan(), "valid": valid, "action": token or "",
+                "score": float(self.success), "formula": " ".join(self.formula),
+                "value": evaluate(self.formula)}
+        if self.images:
+            info["image"] = self.image()
+        return StepResult(self._observe(message), reward, self.done, self.success, info)
+
+    def parse_action(self, response_text: str) -> str | None:
+        return parse_token(response_text)
+
+    def admissible_actions(self) -> list[str]:
+        self._require()
+        return [] if self.ended else admissible(self.values, self.formula)
+
+    # -- privileged facts --------------------------------------------------------------
+    def state_key(self) -> str:
+        self._require()
+        return f"{self.task.id}|f={','.join(self.formula)}|end={int(self.ended)}"
+
+    def distance_to_goal(self) -> int:
+        """The fewest tokens to a winning ``=`` (0 once won); ``UNREACHABLE`` (99) when no
+        completion equals 12 or ``=`` ended the episode without success."""
+        if self.ended:
+            return 0 if self.success else UNREACHABLE
+        rest = plan(self.values, self.formula)
+        return UNREACHABLE if rest is None else len(rest)
+
+    def optimal_plan(self) -> list[str]:
+        self._require()
+        return [] if self.ended else list(plan(self.values, self.formula) or ())
+
+    def expert_action(self, epsilon: float = 0.0, rng: random.Random | None = None) -> str:
+        """The next token of the optimal plan; with probability ``epsilon`` instead (half
+        and half) a uniformly random admissible token or one of
+        :meth:`plausible_wrong_actions`.  With no plan (a lost formula) a random admissible
+        token.  Without ``rng`` the env's own generator, reseeded per task."""
+        rng = rng or self._rng
+        steps = self.optimal_plan()
+        if steps and not (epsilon > 0 and rng.random() < epsilon):
+            return steps[0]
+        wrong = self.plausible_wrong_actions() if steps and rng.random() < 0.5 else []
+        return rng.choice(wrong or self.admissible_actions() or [EQUALS])
+
+    def plausible_wrong_actions(self) -> list[str]:
+        """Admissible tokens after which 12 is out of reach: the other operator, ``=``
+        before the formula is complete."""
+        wrong = []
+        for token in self.admissible_actions():
+            if token == EQUALS:
+                if not wins(self.values, self.formula):
+                    wrong.append(token)
+            elif plan(self.values, self.formula + (token,)) is None:
+                wrong.append(token)
+        return wrong
+
+    def demo_thought(self, task: Task) -> str:
+        """What the cards are worth and the formula they make ("Q is 10 and 2 is 2: 10 + 2
+        = 12."), read from the cards alone."""
+        cards = [(str(r), value(str(r))) for r, _ in task.spec["cards"]]
+        values = tuple(v for _, v in cards)
+        solution = plan(values, ()) or ()
+        worth = " and ".join(f"{r} is {v}" for r, v in cards)
+        return f"{worth}: {' '.join(solution[:-1])} = {TARGET}." if solution else f"{worth}."
+
+    # -- prompt pieces -----------------------------------------------------------------
+    def system_prompt(self) -> str:
+        return (
+            "You are playing EZPoints. Two playing cards are dealt; write a formula that uses "
+            f"each card's value exactly once and equals {TARGET}. A counts 1, number cards count "
+            "their number, J, Q and K count 10. You write the formula one token per turn: a "
+            "card's value (1 to 10), + or *, and finally = to submit it. Submitting ends the "
+            "game: you win if the formula uses both cards and equals "
+            f"{TARGET}.\n\n"
+            "Respond with your reasoning inside <think>...</think> followed by exactly one "
+            "token inside <action>...</action>, for example: <think>K is 10 and 2 is 2, so 10 "
+            "+ 2 = 12.</think><action>10</action>\n\n"
+            "A token that cannot stand here (a value no unused card has, an operator where a "
+            f"number must stand, = after an operator) does nothing (\"{INVALID_OBSERVATION}\") "
+            f"and still uses a turn; the game ends after {self.max_turns} turns."
+        )
+
+    def task_instruction(self, task: Task) -> str:
+        return f"Your task is to: {task.instruction}"
+
+    def domain_description(self) -> str:
+        return (
+            "EZPoints (RL4VLM gym_cards): two playing cards, J/Q/K worth 10 and A worth 1; the "
+            "agent writes a formula one token per turn (a card value, + or *, then =) that must "
+            f"use both cards once and equal {TARGET}. Every deal has a solution: the two values "
+            f"sum to {TARGET} or multiply to {TARGET}. Choosing the wrong operator, or writing "
+            "= before both cards are used, makes the goal unreachable: that token is the "
+            "decisive mistake. Misreading a face card's value and writing tokens that cannot "
+            "stand there waste turns."
+        )
+
+    def workflow(self, task: Task) -> list[str]:
+        cards = [str(r) for r, _ in task.spec["cards"]]
+        return [
+            f"Read both cards ({' and '.join(cards)}) and their values: A is 1, number cards "
+            "their number, J, Q and K are 10.",
+            f"Check which operator makes {TARGET}: add the two values if they sum to {TARGET}, "
+            f"multiply them if their product is {TARGET}.",
+            "Write the first card's value, then the operator, then the second card's value, "
+            "one token per turn.",
+            "Write = only once both cards are in the formula.",
+        ]
+
+    # -- rendering ---------------------------------------------------------------------
+    def render_text(self) -> str:
+        """The cards and the formula so far (the text part of every observation)."""
+        self._require()
+        cards = ", ".join(card_name(c) for c in self.cards)
+        formula = " ".join(self.formula + ((EQUALS,) if self.ended else ())) or "(empty)"
+        return f"Cards: {cards}.\nFormula: {formula}"
+
+    def image(self):
+        """The table as a PIL image: the two cards and the formula (``image_size``)."""
+        from envs.ezpoints.render import draw
+
+        self._require()
+        shown = self.formula + ((EQUALS,) if self.ended else ())
+        return draw(self.cards, shown, self.image_size)
+
+    def _observe(self, message: str) -> str:
+        text = f"{message}\n{self.render_text()}"
+        if not self.show_admissible or self.ended:
+            return text
+        return with_admissible(text, self.admissible_actions())
+
+    def _verdict(self) -> str:
+        shown = " ".join(self.formula)
+        result = evaluate(self.formula)
+        if self.success:
+            return f"You write =. {shown} = {result}: correct!"
+        if unused(self.values, self.formula):
+            return f"You write =. {shown} = {result}, but not every card is used."
+        return f"You write =. {shown} = {result}, not {TARGET}."
+
+    def _require(self) -> None:
+        if not self.cards:
+            raise RuntimeError("ezpoints: call reset(task) first")
+
+
+__all__ = ["INVALID_OBSERVATION", "EZPointsEnv", "parse_token"]
