@@ -60,7 +60,9 @@ from trainer.tracking import (
     experiment_id,
     git_sha,
     make_client,
+    redact,
     run_tags,
+    secret_values,
     with_retry,
 )
 
@@ -171,7 +173,8 @@ def ensure_parent(client: MlflowClient, exp_id: str, study: Study) -> str:
             NOTE_TAG: parent_note(study)}
     run = with_retry(client.create_run, exp_id, tags=tags, run_name=study.name)
     if study.path is not None:
-        with_retry(client.log_text, run.info.run_id, study.path.read_text(), "study.yaml")
+        text = redact(study.path.read_text(), secret_values(study.base))  # a pasted API key
+        with_retry(client.log_text, run.info.run_id, text, "study.yaml")
     return run.info.run_id
 
 

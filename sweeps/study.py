@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,6 +56,9 @@ DEFAULT_EXPERIMENT = TrackingConfig.experiment
 PARAM_TYPES = ("float", "int", "categorical")
 MODES = ("max", "min")
 REQUIRED = object()  # KeySpec.default of a key that has none
+# A study name is a folder name under runs/ and an MLflow experiment: no separators, no
+# leading dot (so neither "." nor ".." nor a hidden folder), so it cannot leave runs/.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ class KeySpec:
 
 STUDY_FIELDS: dict[str, KeySpec] = {
     "name": KeySpec("string", REQUIRED, "Study name: the MLflow experiment, the parent run's "
-                    "name and the default output folder `runs/<name>`.", "no `/`"),
+                    "name and the default output folder `runs/<name>`.",
+                    "letters, digits, `.`, `_`, `-`; starts with a letter or digit"),
     "base": KeySpec("path or mapping", None, "The run config every trial starts from: a YAML "
                     "file (relative to the study file) or an inline mapping; its keys are listed "
                     "under *Run config* below. Empty: all defaults."),
@@ -90,7 +95,8 @@ STUDY_FIELDS: dict[str, KeySpec] = {
                            "(dashboard and usage stats off)."),
     "out": KeySpec("string", "", "Output folder (relative to the study file): store, "
                    "artifacts, checkpoints, report; empty = `./runs/<name>` of the current "
-                   "folder. `--out` on the command line overrides it."),
+                   "folder. `--out` on the command line overrides it.",
+                   "inside the study file's folder (a folder elsewhere is chosen with `--out`)"),
 }
 SEARCH_FIELDS: dict[str, KeySpec] = {
     "space": KeySpec("mapping", REQUIRED, "Dotted run-config key -> dimension (keys below); at "
@@ -339,7 +345,11 @@ def _parse_search(where: str, data: Any, base: RunConfig, out_dir: Path) -> Sear
     metric = _want(f"{where}.metric", data.get("metric", SearchSpec.metric), str, "a metric name")
     storage = _want(f"{where}.storage", data.get("storage", "") or "optuna.db", str, "a path or URL")
     if "://" not in storage:
-        storage = sqlite_uri(out_dir / storage)
+        db = (out_dir / storage).resolve()
+        if not db.is_relative_to(out_dir):
+            raise ConfigError(f"{where}.storage: {storage!r} leaves the output folder; give a path "
+                              f"inside it or an RDB URL")
+        storage = sqlite_uri(db)
     return SearchSpec(params, metric=metric, mode=mode, storage=storage, **ints)
 
 
@@ -370,21 +380,38 @@ def _load_base(where: str, base: Any, folder: Path) -> RunConfig:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def _study_out(where: str, data: Mapping, folder: Path, name: str) -> Path:
+    """The study file's ``out`` (inside the study file's folder) or ``./runs/<name>``.  A file
+    cannot send the outputs elsewhere (``out: ../../x``, ``out: /etc``): the person who runs
+    it chooses such a folder with ``--out``."""
+    out = _want(f"{where}.out", data.get("out") or "", str, "a folder path")
+    if not out:
+        return (Path("runs") / name).resolve()
+    home = folder.expanduser().resolve()
+    out_dir = (home / Path(out).expanduser()).resolve()
+    if not out_dir.is_relative_to(home):
+        raise ConfigError(f"{where}.out: {out!r} is outside the study file's folder {str(home)!r}; "
+                          f"a study file can only name a folder inside its own, choose another "
+                          f"output folder with --out DIR")
+    return out_dir
+
+
 def parse_study(data: Any, *, folder: Path, out: str | Path | None = None,
                 path: Path | None = None, where: str = "study") -> Study:
     """Build a :class:`Study` from a parsed YAML mapping; paths relative to ``folder``."""
     _want(where, data, dict, "a mapping")
     _check_keys(where, data, STUDY_KEYS)
     name = data.get("name")
-    if not isinstance(name, str) or not name or "/" in name or name.strip() != name:
-        raise ConfigError(f"{where}.name: expected a non-empty name without '/', got {name!r}")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ConfigError(f"{where}.name: expected a non-empty name of letters, digits, '.', '_' "
+                          f"and '-' that starts with a letter or digit (it names a folder under "
+                          f"the output folder), got {name!r}")
     base = _load_base(f"{where}.base", data.get("base"), folder)
     overrides = _want(f"{where}.set", data.get("set") or {}, dict, "a mapping of dotted keys to values")
     for key, value in overrides.items():
         _check_value(f"{where}.set", base, key, value)
     base = apply_overrides(base, overrides)
-    out_dir = Path(out) if out else (folder / data["out"] if data.get("out") else Path("runs") / name)
-    out_dir = out_dir.expanduser().resolve()
+    out_dir = Path(out).expanduser().resolve() if out else _study_out(where, data, folder, name)
     grid = _parse_grid(f"{where}.grid", data.get("grid") or {}, base)
     search = None
     if data.get("search") is not None:
