@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -101,8 +102,10 @@ def init_ray(address: str = "") -> None:
     if not address:  # local workers import what the driver imports (e.g. an injected train fn)
         paths = [p for p in sys.path if p and Path(p).is_dir()]
         os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    # Workers' output stays out of the sweep's console: each trial's goes to its trial.log
+    # (run_trial), the rest to Ray's own logs under its session folder.
     ray.init(address=address or "local", include_dashboard=False, logging_level="WARNING",
-             log_to_driver=True)
+             log_to_driver=False)
 
 
 # ---------------------------------------------------------------------------- planning
@@ -213,12 +216,65 @@ def prepare_child(client: MlflowClient, exp_id: str, parent_id: str, launch: Lau
     return run_id
 
 
+LOG_NAME = "trial.log"
+LOG_TAG = "hindsight.log"
+NODE_TAG = "hindsight.node_id"
+
+
+@contextlib.contextmanager
+def trial_log(path: Path):
+    """Send everything this process writes to its stdout and stderr (prints, ``logging``,
+    tqdm bars, C libraries) to ``path`` (appended) while the block runs, then restore them:
+    a trial's own output goes to its log file, not to the sweep's console."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(path, "ab", buffering=0) as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                yield path
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+    finally:
+        for fd in saved:
+            os.close(fd)
+
+
+def node_id() -> str:
+    """The Ray node this process runs on ("" outside Ray)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:  # a tag is not worth failing a trial for
+        return ""
+
+
 def run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None) -> dict[str, float]:
     """Train ``cfg`` into child run ``run_id`` in this process and return its numeric final
-    metrics.  An exception marks the run FAILED with ``traceback.txt`` and propagates; a
-    returned non-FINISHED status raises :class:`TrialFailed`."""
+    metrics; the process's output goes to ``<output.dir>/trial.log`` meanwhile (tag
+    ``hindsight.log``), and the Ray node it runs on is the tag ``hindsight.node_id``.  An
+    exception marks the run FAILED with ``traceback.txt`` and propagates; a returned
+    non-FINISHED status raises :class:`TrialFailed`."""
+    log_path = Path(cfg.output.dir).expanduser().resolve() / LOG_NAME
+    with trial_log(log_path):
+        print(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} run {run_id} "
+              f"({'resumed' if resume else 'started'})", flush=True)
+        return _run_trial(cfg, run_id, resume, train_fn, log_path)
+
+
+def _run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None,
+               log_path: Path) -> dict[str, float]:
     logger = RunLogger(cfg.tracking.uri, cfg.tracking.experiment)
     logger.start(cfg, run_id=run_id)
+    logger.set_tags({LOG_TAG: str(log_path), **({NODE_TAG: n} if (n := node_id()) else {})})
     try:
         result = (train_fn or default_train_fn)(cfg, run_id=run_id, resume=resume, progress=False)
     except BaseException as exc:
@@ -290,35 +346,90 @@ def _seed_objective(study: Study, parent_id: str, overrides: dict, seed: int,
 # ---------------------------------------------------------------------------- running
 
 
-def _progress_callback(total: int, echo: Callable[[str], None], describe: Callable[[Any], str]):
+class Console:
+    """The sweep's console: one line per trial start and end and, with ``bar``, a progress
+    bar of the study (tqdm, on stderr) kept below the lines."""
+
+    def __init__(self, echo: Callable[[str], None], total: int, bar: bool = False) -> None:
+        self.echo, self.total, self.done = echo, total, 0
+        self.bar = None
+        if bar and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="trial", desc="study", file=sys.stderr,
+                            dynamic_ncols=True, leave=True)
+
+    def __getstate__(self) -> dict:  # Tune pickles its callbacks; a bar holds a stream
+        return {**self.__dict__, "bar": None}
+
+    def line(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.clear()
+            self.echo(text)
+            sys.stdout.flush()
+            self.bar.refresh()
+        else:
+            self.echo(text)
+
+    def ended(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _error_reason(trial) -> str:
+    """The last line of a failed Tune trial's error (its exception), if Tune kept it."""
+    path = getattr(trial, "error_file", None) or ""
+    try:
+        lines = [x.strip() for x in Path(path).read_text().splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def _progress_callback(console: Console, describe: Callable[[Any], str],
+                       log_of: Callable[[Any], str]):
     from ray import tune
 
     class Progress(tune.Callback):
-        """One line per trial as it finishes or fails."""
+        """One line per trial as it starts, and one as it finishes or fails."""
 
         def __init__(self) -> None:
-            self.done, self.start = 0, time.time()
+            self.start = time.time()
 
-        def _line(self, trial, what: str) -> None:
-            self.done += 1
+        def on_trial_start(self, iteration, trials, trial, **info) -> None:
+            console.line(f"  started  {describe(trial)}")
+
+        def _line(self, trial, what: str, extra: str = "") -> None:
+            console.ended()
             elapsed = time.time() - self.start
-            echo(f"[{self.done}/{total}] {what:<8} {describe(trial)} ({elapsed:.0f} s)")
+            console.line(f"[{console.done}/{console.total}] {what:<8} {describe(trial)} "
+                         f"({elapsed:.0f} s){extra}")
 
         def on_trial_complete(self, iteration, trials, trial, **info) -> None:
             self._line(trial, "finished")
 
         def on_trial_error(self, iteration, trials, trial, **info) -> None:
-            self._line(trial, "FAILED")
+            reason = _error_reason(trial)
+            log = log_of(trial)
+            self._line(trial, "FAILED", (f": {reason}" if reason else "")
+                       + (f" (log: {log})" if log else ""))
 
     return Progress()
 
 
 def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search_alg=None,
-         max_concurrent: int, total: int, echo, describe) -> None:
+         max_concurrent: int, total: int, echo, describe, bar: bool = False,
+         log_of: Callable[[Any], str] = lambda t: "") -> None:
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler
 
     resources = {"cpu": study.resources.cpus, "gpu": study.resources.gpus}
+    console = Console(echo, total, bar)
     name_of = (lambda t: t.config["trial"]["name"]) if "trial" in param_space else (lambda t: f"search_{t.trial_id}")
     tuner = tune.Tuner(
         tune.with_resources(trainable, resources),
@@ -332,23 +443,28 @@ def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search
             name=f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(study.out_dir / "ray"), verbose=0,
             failure_config=tune.FailureConfig(max_failures=0),
-            callbacks=[_progress_callback(total, echo, describe)],
+            callbacks=[_progress_callback(console, describe, log_of)],
         ),
     )
-    tuner.fit()
+    try:
+        tuner.fit()
+    finally:
+        console.close()
 
 
 def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bool = False,
               max_concurrent: int | None = None, address: str | None = None,
-              dry_run: bool = False, echo: Callable[[str], None] = print) -> StudyStatus | None:
+              dry_run: bool = False, echo: Callable[[str], None] = print,
+              bar: bool = False) -> StudyStatus | None:
     """Launch (or continue) ``study``; return its status afterwards (None for a dry run).
+    ``echo`` gets one line per trial start and end; ``bar`` adds a progress bar (stderr).
 
     ``train_fn`` defaults to ``trainer.run.train`` (imported lazily in the worker); tests
     inject a fake with the same signature ``(cfg, *, run_id, resume, progress)``.
     """
     conc = study.max_concurrent if max_concurrent is None else max_concurrent
     if study.search is not None:
-        return _run_search(study, train_fn, conc, address, dry_run, echo)
+        return _run_search(study, train_fn, conc, address, dry_run, echo, bar)
     plan = plan_trials(expand(study), study_children(study), retry_failed)
     echo(plan.format() if dry_run else plan.format().splitlines()[0])
     if dry_run:
@@ -365,11 +481,12 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
 
         _fit(study, grid_trainable(train_fn), param_space={"trial": tune.grid_search(specs)},
              num_samples=1, max_concurrent=conc, total=len(specs), echo=echo,
-             describe=lambda t: t.config["trial"]["desc"])
+             describe=lambda t: t.config["trial"]["desc"], bar=bar,
+             log_of=lambda t: str(Path(t.config["trial"]["cfg"]["output"]["dir"]) / LOG_NAME))
     return _finish_parent(client, parent_id, study)
 
 
-def _run_search(study, train_fn, conc, address, dry_run, echo) -> StudyStatus | None:
+def _run_search(study, train_fn, conc, address, dry_run, echo, bar) -> StudyStatus | None:
     todo = optuna_search.remaining_trials(study)
     echo(f"search {study.name}: {todo} of {study.search.trials} Optuna trials to run, "
          f"{len(study.seeds)} seed(s) each, objective mean {study.search.metric} "
@@ -382,7 +499,7 @@ def _run_search(study, train_fn, conc, address, dry_run, echo) -> StudyStatus | 
         init_ray(address or study.ray_address)
         _fit(study, search_trainable(study, parent_id, train_fn), param_space={},
              num_samples=todo, search_alg=optuna_search.make_searcher(study),
-             max_concurrent=conc, total=todo, echo=echo,
+             max_concurrent=conc, total=todo, echo=echo, bar=bar,
              describe=lambda t: describe_overrides(t.config))
     best = optuna_search.best_trial(study)
     if best is not None:
@@ -408,7 +525,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         for cfg in study_configs(study):
             check_extras(cfg)
     status = run_study(study, retry_failed=args.retry_failed, max_concurrent=args.max_concurrent,
-                       address=args.address, dry_run=args.dry_run)
+                       address=args.address, dry_run=args.dry_run, bar=sys.stderr.isatty())
     if status is None:
         return 0
     print(status.format())

@@ -74,6 +74,23 @@ def slow_train(cfg, *, run_id=None, resume=False, progress=True):
     return fake_train(cfg, run_id=run_id, resume=resume, progress=progress, steps=6, sleep=0.5)
 
 
+CHATTER = "Loading weights: model.safetensors"
+
+
+def chatty_train(cfg, *, run_id=None, resume=False, progress=True):
+    """fake_train that talks as a real trial does: a print, a logging warning and a tqdm bar
+    (weight loading), on stdout and stderr."""
+    import logging
+
+    from tqdm import tqdm
+
+    print(f"{CHATTER} (print, seed {cfg.seed})", flush=True)
+    logging.getLogger("transformers").warning("%s (logging)", CHATTER)
+    for _ in tqdm(range(3), desc=CHATTER, file=sys.stderr):
+        pass
+    return fake_train(cfg, run_id=run_id, resume=resume, progress=progress)
+
+
 def main(argv: list[str]) -> int:
     import sweeps_fakes as fakes  # by module name, so Ray pickles the functions by reference
 
