@@ -32,6 +32,8 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from sweeps import search as optuna_search
+from sweeps.locks import study_lock
+from sweeps.reach import check_ray_address, check_uri
 from sweeps.status import (
     StudyStatus,
     child_runs,
@@ -50,7 +52,7 @@ from sweeps.study import (
     make_trial,
     study_configs,
 )
-from trainer.config import from_dict, to_dict
+from trainer.config import ConfigError, from_dict, to_dict
 from trainer.extras import check_extras
 from trainer.tracking import (
     EXPERIMENT_KIND_TAGS,
@@ -104,8 +106,21 @@ def init_ray(address: str = "") -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     # Workers' output stays out of the sweep's console: each trial's goes to its trial.log
     # (run_trial), the rest to Ray's own logs under its session folder.
-    ray.init(address=address or "local", include_dashboard=False, logging_level="WARNING",
-             log_to_driver=False)
+    try:
+        ray.init(address=address or "local", include_dashboard=False, logging_level="WARNING",
+                 log_to_driver=False)
+    except ConnectionError as exc:  # the head answered TCP but is no (healthy) Ray head
+        raise ConfigError(f"cannot connect to the Ray cluster at {address}: "
+                          f"{' '.join(str(exc).split())[:300]}") from None
+
+
+def check_services(study: Study, address: str = "") -> None:
+    """One-line errors (exit 2) when the study's tracking server or database, its Optuna
+    storage or the Ray head at ``address`` cannot be reached."""
+    check_uri(study.store_uri, "MLflow tracking store")
+    if study.search is not None:
+        check_uri(study.search.storage, "Optuna storage")
+    check_ray_address(address)
 
 
 # ---------------------------------------------------------------------------- planning
@@ -324,7 +339,15 @@ def search_trainable(study: Study, parent_id: str, train_fn: TrainFn | None):
 
 def _seed_objective(study: Study, parent_id: str, overrides: dict, seed: int,
                     train_fn: TrainFn | None) -> float:
+    """Train (or reuse) one (cell, seed) of a search.  The pair's study-wide lock is held
+    meanwhile: a second driver (or Optuna trial) that proposes the same cell waits for it
+    and reuses the finished run instead of training the pair again."""
     trial = make_trial(study, overrides, seed)
+    with study_lock(study, trial.name):
+        return _pair_objective(study, parent_id, trial, train_fn)
+
+
+def _pair_objective(study: Study, parent_id: str, trial: Trial, train_fn: TrainFn | None) -> float:
     client = make_client(study.store_uri)
     exp_id = experiment_id(client, study.experiment)
     runs = child_runs(client, exp_id, study.name).get(trial.key, [])
@@ -428,7 +451,7 @@ def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler
 
-    resources = {"cpu": study.resources.cpus, "gpu": study.resources.gpus}
+    resources = study.resources.ray()
     console = Console(echo, total, bar)
     name_of = (lambda t: t.config["trial"]["name"]) if "trial" in param_space else (lambda t: f"search_{t.trial_id}")
     tuner = tune.Tuner(
@@ -463,6 +486,7 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
     inject a fake with the same signature ``(cfg, *, run_id, resume, progress)``.
     """
     conc = study.max_concurrent if max_concurrent is None else max_concurrent
+    check_services(study, "" if dry_run else (address or study.ray_address))
     if study.search is not None:
         return _run_search(study, train_fn, conc, address, dry_run, echo, bar)
     plan = plan_trials(expand(study), study_children(study), retry_failed)
@@ -471,7 +495,8 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
         return None
     client = make_client(study.store_uri)
     exp_id = experiment_id(client, study.experiment)
-    parent_id = ensure_parent(client, exp_id, study)
+    with study_lock(study, "parent"):  # drivers launched at once share one parent run
+        parent_id = ensure_parent(client, exp_id, study)
     if plan.launch:
         specs = [{"name": x.trial.name, "desc": x.trial.describe(),
                   "run_id": prepare_child(client, exp_id, parent_id, x), "resume": x.resume,
@@ -494,7 +519,9 @@ def _run_search(study, train_fn, conc, address, dry_run, echo, bar) -> StudyStat
     if dry_run:
         return None
     client = make_client(study.store_uri)
-    parent_id = ensure_parent(client, experiment_id(client, study.experiment), study)
+    exp_id = experiment_id(client, study.experiment)
+    with study_lock(study, "parent"):  # drivers launched at once share one parent run
+        parent_id = ensure_parent(client, exp_id, study)
     if todo:
         init_ray(address or study.ray_address)
         _fit(study, search_trainable(study, parent_id, train_fn), param_space={},

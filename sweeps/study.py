@@ -86,7 +86,8 @@ STUDY_FIELDS: dict[str, KeySpec] = {
                     "the product of the axes. `seed: [0, 1, 2]` is the seed axis (default: "
                     "`[base.seed]`). Cannot be combined with `search`."),
     "search": KeySpec("mapping", None, "An Optuna search instead of a grid (keys below).", ""),
-    "resources": KeySpec("mapping", {}, "Ray resources per trial: `cpus`, `gpus` (keys below)."),
+    "resources": KeySpec("mapping", {}, "Ray resources per trial: `cpus`, `gpus`, `custom` "
+                         "(keys below)."),
     "max_concurrent": KeySpec("integer", 0, "Trials running at once; 0 = as resources allow.",
                               ">= 0"),
     "tracking_uri": KeySpec("string", "", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI, "
@@ -120,7 +121,12 @@ PARAM_FIELDS: dict[str, KeySpec] = {
 }
 RESOURCE_FIELDS: dict[str, KeySpec] = {
     "cpus": KeySpec("number", 1.0, "CPUs per trial; fractions allowed.", ">= 0"),
-    "gpus": KeySpec("number", 0.0, "GPUs per trial; fractions allowed.", ">= 0"),
+    "gpus": KeySpec("number", 0.0, "GPUs per trial; fractions allowed (0.5: two trials share "
+                    "a GPU).", ">= 0"),
+    "custom": KeySpec("mapping", {}, "Custom Ray resources per trial, name -> amount (e.g. "
+                      "`{a100: 1}` for nodes started with `ray start --resources "
+                      "'{\"a100\": 4}'`): trials run only on nodes that have them.",
+                      "amounts >= 0"),
 }
 STUDY_KEYS = tuple(STUDY_FIELDS)
 SEARCH_KEYS = tuple(SEARCH_FIELDS)
@@ -156,6 +162,12 @@ class SearchSpec:
 class Resources:
     cpus: float = 1.0
     gpus: float = 0.0
+    # ((name, amount), ...): custom Ray resources per trial.
+    custom: tuple[tuple[str, float], ...] = ()
+
+    def ray(self) -> dict[str, float]:
+        """The per-trial request for ``tune.with_resources``."""
+        return {"cpu": self.cpus, "gpu": self.gpus, **dict(self.custom)}
 
 
 @dataclass(frozen=True)
@@ -354,15 +366,26 @@ def _parse_search(where: str, data: Any, base: RunConfig, out_dir: Path) -> Sear
 
 
 def _parse_resources(where: str, data: Any) -> Resources:
-    _want(where, data, dict, "a mapping with cpus/gpus")
+    _want(where, data, dict, "a mapping with cpus/gpus/custom")
     _check_keys(where, data, RESOURCE_KEYS)
-    values = {}
-    for key in RESOURCE_KEYS:
-        value = _want(f"{where}.{key}", data.get(key, getattr(Resources, key)), (int, float), "a number")
-        if value < 0:
-            raise ConfigError(f"{where}.{key}: must be >= 0, got {value}")
-        values[key] = float(value)
+    values: dict[str, Any] = {}
+    for key in ("cpus", "gpus"):
+        values[key] = _amount(f"{where}.{key}", data.get(key, getattr(Resources, key)))
+    custom = _want(f"{where}.custom", data.get("custom") or {}, dict, "a mapping of resource "
+                   "names to amounts")
+    for name in custom:
+        if not isinstance(name, str) or not name or name.upper() in ("CPU", "GPU"):
+            raise ConfigError(f"{where}.custom: {name!r} is not a custom resource name (CPUs and "
+                              f"GPUs are resources.cpus and resources.gpus)")
+    values["custom"] = tuple((k, _amount(f"{where}.custom.{k}", v)) for k, v in custom.items())
     return Resources(**values)
+
+
+def _amount(where: str, value: Any) -> float:
+    value = _want(where, value, (int, float), "a number")
+    if value < 0:
+        raise ConfigError(f"{where}: must be >= 0, got {value}")
+    return float(value)
 
 
 def _load_base(where: str, base: Any, folder: Path) -> RunConfig:
