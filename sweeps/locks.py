@@ -17,14 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sweeps.study import Study
-
-POSTGRES = ("postgresql://", "postgresql+", "postgres://")
+from trainer.tracking import POSTGRES_SCHEMES, db_lock
 
 
 def lock_url(study: Study) -> str:
     """The PostgreSQL URL whose advisory locks the study's drivers share ("" = file locks)."""
     candidates = [study.search.storage if study.search is not None else "", study.store_uri]
-    return next((url for url in candidates if url.startswith(POSTGRES)), "")
+    return next((url for url in candidates if url.startswith(POSTGRES_SCHEMES)), "")
 
 
 def _lock_key(study: Study, name: str) -> int:
@@ -38,23 +37,8 @@ def study_lock(study: Study, name: str) -> Iterator[None]:
     block runs; blocks until the holder releases it."""
     url = lock_url(study)
     if url:
-        import sqlalchemy
-        from sqlalchemy.pool import NullPool
-
-        engine = sqlalchemy.create_engine(url.replace("postgres://", "postgresql://", 1),
-                                          poolclass=NullPool)
-        key = _lock_key(study, name)
-        try:
-            with engine.connect() as conn:
-                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
-                conn.commit()
-                try:
-                    yield
-                finally:
-                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                    conn.commit()
-        finally:
-            engine.dispose()
+        with db_lock(url, f"{study.name}/{name}"):
+            yield
         return
     path = Path(study.out_dir) / "locks" / f"{_lock_key(study, name) & 0xFFFFFFFFFFFF:012x}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -288,6 +288,9 @@ def run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None) -> dict[
 def _run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None,
                log_path: Path) -> dict[str, float]:
     logger = RunLogger(cfg.tracking.uri, cfg.tracking.experiment)
+    # A run that started before (not SCHEDULED) continues from its checkpoint: the same
+    # trial retried by Tune after its worker or node died, or a relaunched study.
+    resume = resume or with_retry(logger.client.get_run, run_id).info.status != "SCHEDULED"
     logger.start(cfg, run_id=run_id)
     logger.set_tags({LOG_TAG: str(log_path), **({NODE_TAG: n} if (n := node_id()) else {})})
     try:
@@ -308,15 +311,28 @@ def _run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None,
 # ---------------------------------------------------------------------------- Tune trainables
 
 
+# Tune retries a grid trial whose worker or node died this many times (the run continues
+# from its checkpoint); a trial whose training raised is not retried (its run is FAILED,
+# ``--retry-failed`` reruns it).
+SYSTEM_RETRIES = 2
+
+
 def grid_trainable(train_fn: TrainFn | None) -> Callable[[dict], None]:
     """Tune function trainable for one (cell, seed): ``config["trial"]`` carries the config
-    dict, the child run id and the resume flag."""
+    dict, the child run id and the resume flag.  An exception of the training itself is
+    reported as ``failed`` (its run is already FAILED with ``traceback.txt``) rather than
+    raised, so that Tune's retries are kept for workers and nodes that die."""
 
     def hindsight_trial(config: dict) -> None:
         from ray import tune
 
         spec = config["trial"]
-        metrics = run_trial(from_dict(spec["cfg"]), spec["run_id"], spec["resume"], train_fn)
+        try:
+            metrics = run_trial(from_dict(spec["cfg"]), spec["run_id"], spec["resume"], train_fn)
+        except Exception as exc:  # recorded on the run (FAILED), reported to the driver
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            tune.report({"done": 1.0, "failed": 1.0, "error": reason})
+            return
         tune.report({**metrics, "done": 1.0})
 
     return hindsight_trial
@@ -415,7 +431,7 @@ def _error_reason(trial) -> str:
 
 
 def _progress_callback(console: Console, describe: Callable[[Any], str],
-                       log_of: Callable[[Any], str]):
+                       log_of: Callable[[Any], str], on_error: Callable[[Any, str], None]):
     from ray import tune
 
     class Progress(tune.Callback):
@@ -434,10 +450,18 @@ def _progress_callback(console: Console, describe: Callable[[Any], str],
                          f"({elapsed:.0f} s){extra}")
 
         def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-            self._line(trial, "finished")
+            result = trial.last_result or {}
+            if result.get("failed"):
+                self._failed(trial, str(result.get("error", "")))
+            else:
+                self._line(trial, "finished")
 
         def on_trial_error(self, iteration, trials, trial, **info) -> None:
             reason = _error_reason(trial)
+            on_error(trial, reason)
+            self._failed(trial, reason)
+
+        def _failed(self, trial, reason: str) -> None:
             log = log_of(trial)
             self._line(trial, "FAILED", (f": {reason}" if reason else "")
                        + (f" (log: {log})" if log else ""))
@@ -447,7 +471,9 @@ def _progress_callback(console: Console, describe: Callable[[Any], str],
 
 def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search_alg=None,
          max_concurrent: int, total: int, echo, describe, bar: bool = False,
-         log_of: Callable[[Any], str] = lambda t: "") -> None:
+         log_of: Callable[[Any], str] = lambda t: "",
+         on_error: Callable[[Any, str], None] = lambda t, reason: None,
+         max_failures: int = 0) -> None:
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler
 
@@ -465,8 +491,8 @@ def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search
         run_config=tune.RunConfig(
             name=f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(study.out_dir / "ray"), verbose=0,
-            failure_config=tune.FailureConfig(max_failures=0),
-            callbacks=[_progress_callback(console, describe, log_of)],
+            failure_config=tune.FailureConfig(max_failures=max_failures),
+            callbacks=[_progress_callback(console, describe, log_of, on_error)],
         ),
     )
     try:
@@ -507,8 +533,24 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
         _fit(study, grid_trainable(train_fn), param_space={"trial": tune.grid_search(specs)},
              num_samples=1, max_concurrent=conc, total=len(specs), echo=echo,
              describe=lambda t: t.config["trial"]["desc"], bar=bar,
-             log_of=lambda t: str(Path(t.config["trial"]["cfg"]["output"]["dir"]) / LOG_NAME))
+             log_of=lambda t: str(Path(t.config["trial"]["cfg"]["output"]["dir"]) / LOG_NAME),
+             on_error=lambda t, reason: _mark_failed(client, t.config["trial"]["run_id"], reason),
+             max_failures=SYSTEM_RETRIES)
     return _finish_parent(client, parent_id, study)
+
+
+FAILURE_TAG = "hindsight.failure"
+
+
+def _mark_failed(client: MlflowClient, run_id: str, reason: str) -> None:
+    """A trial Tune gave up on (its worker or node died past the retries): its run, left
+    RUNNING by the dead worker, ends FAILED with the reason as the tag ``hindsight.failure``
+    (``--retry-failed`` continues it)."""
+    run = with_retry(client.get_run, run_id)
+    if run.info.status in TERMINAL_STATUSES:
+        return
+    with_retry(client.set_tag, run_id, FAILURE_TAG, reason[:5000] or "the trial's worker died")
+    with_retry(client.set_terminated, run_id, status="FAILED")
 
 
 def _run_search(study, train_fn, conc, address, dry_run, echo, bar) -> StudyStatus | None:

@@ -30,6 +30,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from sweeps.study import ParamSpace, SearchSpec, Study
+from trainer.tracking import db_lock
 
 OBJECTIVE = "objective"
 DRIVER_ATTR = "hindsight_driver"
@@ -173,7 +174,8 @@ def _storage(spec: SearchSpec) -> optuna.storages.RDBStorage:
     """The Optuna RDB storage (a sqlite file's folder is created first)."""
     if spec.storage.startswith("sqlite:///"):
         Path(spec.storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(spec.storage)
+    with db_lock(spec.storage, "optuna-schema"):  # drivers starting at once: one creates it
+        return optuna.storages.RDBStorage(spec.storage)
 
 
 def _spec(study: Study) -> SearchSpec:

@@ -116,13 +116,11 @@ class Postgres:
 
     def create_db(self, db: str) -> str:
         """Create database ``db``; return its URL."""
-        import psycopg2
+        import psycopg
 
-        conn = psycopg2.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres")
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{db}"')
-        conn.close()
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+                             autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{db}"')
         return self.url(db)
 
 
@@ -138,9 +136,9 @@ def _pg_bin(name: str) -> str:
 def postgres() -> Iterator[Postgres]:
     """A PostgreSQL server on 127.0.0.1 in a fresh temporary folder (removed afterwards)."""
     try:
-        import psycopg2  # noqa: F401 - MLflow and Optuna reach PostgreSQL through it
+        import psycopg  # noqa: F401 - MLflow and Optuna reach PostgreSQL through it
     except ImportError:
-        raise Unavailable("the psycopg2 package is missing (pip install -e '.[cluster]')") from None
+        raise Unavailable("the psycopg package is missing (pip install -e '.[cluster]')") from None
     initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
     as_user: list[str] = []
     folder = Path(tempfile.mkdtemp(prefix="hs-pg-"))
@@ -211,6 +209,11 @@ def _healthy(uri: str) -> bool:
 class RayCluster:
     address: str
     node_ids: dict[str, str]  # "head" / "worker" -> Ray node id
+    procs: dict[str, subprocess.Popen]  # "head" / "worker" -> its `ray start --block`
+
+    def kill_worker_node(self) -> None:
+        """SIGKILL every process of the second node (its raylet and the trials on it)."""
+        stop_session(self.procs["worker"], grace_s=0.0)
 
 
 def _ray_cli() -> str:
@@ -254,7 +257,8 @@ def ray_cluster(folder: Path, cpus: int = 2, gpus: int = 1,
         _wait("ray start --head", started(head_log), procs, [head_log])
         start([f"--address=127.0.0.1:{port}"], worker_log, worker_resources)
         _wait("ray start --address", started(worker_log), procs, [worker_log])
-        yield RayCluster(f"127.0.0.1:{port}", _node_ids(f"127.0.0.1:{port}"))
+        yield RayCluster(f"127.0.0.1:{port}", _node_ids(f"127.0.0.1:{port}"),
+                         {"head": procs[0], "worker": procs[1]})
     finally:
         for proc in reversed(procs):  # the second node first, then the head
             stop_session(proc)

@@ -2,7 +2,8 @@
 (`ray start --address`) on this machine, each with 2 CPUs, 1 declared GPU and its own custom
 resources.  Trials land on both nodes (the run tag hindsight.node_id), per-trial GPU
 fractions and custom resources are respected, and a driver killed mid-study is relaunched:
-the finished trials are found, none is run twice."""
+the finished trials are found, none is run twice; the second node killed mid-trial: its
+trials are retried on the head and continue their runs."""
 
 from __future__ import annotations
 
@@ -125,3 +126,39 @@ def test_driver_killed_then_relaunched_finds_the_finished_trials(tmp_path, clust
         assert runs[0].data.tags["hindsight.node_id"] in cluster.node_ids.values()
         steps = {m.step for m in client.get_metric_history(runs[0].info.run_id, "train/success")}
         assert steps == set(range(6))
+
+
+def test_node_killed_mid_trial_trials_retried_in_their_runs(tmp_path, cluster):
+    """Last in this module: it kills the second node.  Its trials are retried by Tune on the
+    head (FailureConfig) and continue the same runs; the study completes, one run a pair."""
+    path = _study(tmp_path, "nodekill", grid={"seed": [0, 1, 2, 3]}, max_concurrent=4,
+                  resources={"cpus": 0.5}, ray_address=cluster.address)
+    study = load_study(path)
+    driver = subprocess.Popen([sys.executable, str(FAKES), str(path), "slow"], cwd=tmp_path,
+                              env=service_env(), start_new_session=True, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    worker = cluster.node_ids["worker"]
+    on_worker = lambda ch: [r for rs in ch.values() for r in rs if r.info.status == "RUNNING"
+                            and r.data.tags.get("hindsight.node_id") == worker]
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline and not on_worker(study_children(study)):
+            assert driver.poll() is None, driver.communicate()[0][-3000:]
+            time.sleep(0.5)
+        killed = {r.info.run_id for r in on_worker(study_children(study))}
+        assert killed, "no trial ran on the second node"
+        cluster.kill_worker_node()
+        output, _ = driver.communicate(timeout=900)
+    finally:
+        stop_session(driver)
+    assert driver.returncode == 0, output[-3000:]
+    after = study_children(study)
+    assert len(after) == 4 and all(len(runs) == 1 for runs in after.values())
+    client = MlflowClient(study.store_uri)
+    for runs in after.values():
+        run = runs[0]
+        assert run.info.status == "FINISHED"
+        steps = {m.step for m in client.get_metric_history(run.info.run_id, "train/success")}
+        assert steps == set(range(6))
+        if run.info.run_id in killed:  # retried on the node that is left
+            assert run.data.tags["hindsight.node_id"] == cluster.node_ids["head"]

@@ -18,6 +18,7 @@ The store defaults to ``sqlite:///<output.dir>/mlruns.db`` unless ``cfg.tracking
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -99,12 +100,42 @@ def artifact_root(uri: str) -> str | None:
     return (Path(uri[len("sqlite:///"):]).parent / "artifacts").as_uri()
 
 
+POSTGRES_SCHEMES = ("postgresql://", "postgresql+", "postgres://")
+
+
+@contextlib.contextmanager
+def db_lock(url: str, name: str):
+    """Hold the PostgreSQL advisory lock ``name`` of the database at ``url`` while the block
+    runs (every client of that database shares it; the database releases it if the holder's
+    connection dies).  Not a PostgreSQL URL: no lock."""
+    if not url.startswith(POSTGRES_SCHEMES):
+        yield
+        return
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    key = int.from_bytes(hashlib.sha256(f"hindsight/{name}".encode()).digest()[:8], "big", signed=True)
+    engine = sqlalchemy.create_engine(url.replace("postgres://", "postgresql://", 1), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                conn.commit()
+    finally:
+        engine.dispose()
+
+
 def make_client(uri: str) -> MlflowClient:
     """A client whose store is open.  For a sqlite file, opening (which creates or migrates
     MLflow's schema) holds an exclusive lock on ``<db>.lock`` so that processes opening a
-    fresh store at once do not race on the schema; a fresh store is created with its artifact
-    root beside the database, so that even MLflow's ``Default`` experiment points inside the
-    study folder (MLflow's own default is ``./mlruns`` of the current folder)."""
+    fresh store at once do not race on the schema (a PostgreSQL store: an advisory lock); a
+    fresh store is created with its artifact root beside the database, so that even
+    MLflow's ``Default`` experiment points inside the study folder (MLflow's own default is
+    ``./mlruns`` of the current folder)."""
 
     def connect() -> MlflowClient:
         if root is not None and not db.exists():
@@ -116,8 +147,9 @@ def make_client(uri: str) -> MlflowClient:
         return client
 
     root = artifact_root(uri)
-    if root is None:
-        return with_retry(connect)
+    if root is None:  # a database's schema is created once, under its advisory lock
+        with db_lock(uri, "mlflow-schema"):
+            return with_retry(connect)
     db = Path(uri[len("sqlite:///"):])
     db.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{db}.lock", "a") as lock:
