@@ -176,12 +176,12 @@ def postgres() -> Iterator[Postgres]:
 
 
 @contextlib.contextmanager
-def mlflow_server(backend: str, artifacts: Path) -> Iterator[str]:
+def mlflow_server(backend: str, artifacts: Path, port: int = 0) -> Iterator[str]:
     """``mlflow server`` (the command ``hindsight ui --backend-store-uri`` runs) on 127.0.0.1
     storing runs in ``backend`` and artifacts under ``artifacts``; yields its http URI."""
     from sweeps.status import server_argv
 
-    port = free_port()
+    port = port or free_port()
     log = artifacts.parent / f"mlflow-server-{port}.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(server_argv(backend, artifacts, port), env=service_env(),

@@ -1,6 +1,7 @@
 """An MLflow tracking server on PostgreSQL (started by the fixtures on 127.0.0.1, artifacts
 in a local folder): a study logs through its http URI with 4 trials at once and loses no
-metric, param or artifact; `hindsight ui --backend-store-uri` serves the same database."""
+metric, param or artifact; the server restarted mid-study loses nothing either (the MLflow
+client retries); `hindsight ui --backend-store-uri` serves the same database."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 import sweeps_fakes as fakes
 import yaml
 from mlflow.tracking import MlflowClient
-from services import Unavailable, free_port, mlflow_server, postgres, service_env
+from services import Unavailable, free_port, mlflow_server, postgres, service_env, stop_session
 
 from sweeps.status import study_children
 from sweeps.study import load_study
@@ -24,6 +25,7 @@ from trainer.config import flatten, from_dict, resolve
 from trainer.tracking import experiment_id, make_client, truncate
 
 pytestmark = pytest.mark.services
+FAKES = Path(__file__).resolve().parent / "sweeps_fakes.py"
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +115,42 @@ def test_hindsight_ui_serves_a_postgresql_store(tmp_path, pg, server):
             proc.kill()
     assert proc.returncode == 0
     assert f"runs of study served: http://127.0.0.1:{port}/#/experiments/" in out
+
+
+def test_server_restarted_mid_study_loses_nothing(tmp_path, pg):
+    """The server goes away while two trials log (its process group stopped) and comes
+    back on the same port and database: the clients' retries carry every step over."""
+    backend, artifacts, port = pg.create_db("restart"), tmp_path / "artifacts", free_port()
+    path = tmp_path / "study.yaml"
+    uri = f"http://127.0.0.1:{port}"
+    path.write_text(yaml.safe_dump({
+        "name": "restart", "base": {"model": {"backbone": "tiny"}}, "out": "out",
+        "tracking_uri": uri, "grid": {"seed": [0, 1]}, "resources": {"cpus": 0.5},
+        "max_concurrent": 2}))
+    study = load_study(path)
+    try:
+        with mlflow_server(backend, artifacts, port):
+            driver = subprocess.Popen([sys.executable, str(FAKES), str(path), "slow"],
+                                      cwd=tmp_path, env=service_env(), start_new_session=True,
+                                      text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            client, deadline = MlflowClient(uri), time.time() + 600
+            while time.time() < deadline:  # until a trial has logged its first step
+                runs = [r for rs in study_children(study).values() for r in rs]
+                if any(client.get_metric_history(r.info.run_id, "train/success") for r in runs):
+                    break
+                assert driver.poll() is None, driver.communicate()[0][-3000:]
+                time.sleep(0.5)
+        assert driver.poll() is None, "the study ended before the server was stopped"
+        with mlflow_server(backend, artifacts, port):  # back, same port and database
+            output, _ = driver.communicate(timeout=900)
+            assert driver.returncode == 0, output[-3000:]
+            runs = [r for rs in study_children(study).values() for r in rs]
+            assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
+            for run in runs:
+                steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/success")]
+                assert sorted(steps) == list(range(6))
+    except Unavailable as exc:
+        pytest.skip(f"mlflow server does not start here: {exc}")
+    finally:
+        if "driver" in locals():
+            stop_session(driver)
