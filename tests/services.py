@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
-START_TIMEOUT_S = float(os.environ.get("HINDSIGHT_SERVICE_TIMEOUT_S", "240"))
+START_TIMEOUT_S = float(os.environ.get("HINDSIGHT_SERVICE_TIMEOUT_S", "600"))
 # Offline and quiet, for every process started here.
 QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
              "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1",

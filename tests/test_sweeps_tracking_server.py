@@ -97,7 +97,7 @@ def test_hindsight_ui_serves_a_postgresql_store(tmp_path, pg, server):
                             env=service_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
-        deadline, reply = time.time() + 240, None
+        deadline, reply = time.time() + 600, None
         while time.time() < deadline and reply is None:
             assert proc.poll() is None, proc.communicate()
             try:
