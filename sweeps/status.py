@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeps.study import Study, describe_overrides, distinguishing, expand, load_study
 from trainer.config import ConfigError
-from trainer.tracking import KIND_TAG, make_client, with_retry
+from trainer.tracking import KIND_TAG, make_client, redact_url, with_retry
 
 STATES = ("finished", "running", "failed", "missing")
 Key = tuple[str, int]
@@ -179,22 +179,50 @@ UI_ENV = {
 }
 
 
-def ui_argv(study: Study, port: int, workers: int = 1) -> list[str]:
-    """``mlflow ui`` on 127.0.0.1 against the study's store (and its artifact folder), with
-    ``workers`` server processes."""
-    argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", study.store_uri,
-            "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
-    if study.store_uri.startswith("sqlite:///"):
-        root = Path(study.store_uri[len("sqlite:///"):]).parent / "artifacts"
-        argv += ["--default-artifact-root", root.as_uri()]
-    return argv
+LOOPBACK = "127.0.0.1"
 
 
-def study_links(study: Study, base_url: str) -> list[str]:
+def ui_argv(study: Study, port: int, workers: int = 1, host: str = LOOPBACK,
+            backend: str = "", artifacts: str | Path = "") -> list[str]:
+    """The MLflow server command for a study, bound to ``host`` (loopback unless told
+    otherwise) with ``workers`` server processes.
+
+    * A sqlite store (the default): ``mlflow ui`` on it, artifacts read from beside it.
+    * A database URL (``postgresql://...``; the study's ``tracking_uri`` or ``backend``): a
+      tracking server, ``mlflow server``, that stores runs there and serves the artifacts from
+      ``artifacts`` (default ``<out>/artifacts``), so that studies log to it by its http URI.
+    * An http(s) store is already a server: a one-line error says so.
+    """
+    store = backend or study.store_uri
+    if store.startswith(("http://", "https://")):
+        raise ConfigError(f"study {study.name} logs to the tracking server at {redact_url(store)}; "
+                          f"open that address, or serve its database with --backend-store-uri URL")
+    if store.startswith("sqlite:///"):
+        argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store,
+                "--host", host, "--port", str(port), "--workers", str(workers)]
+        root = Path(store[len("sqlite:///"):]).parent / "artifacts"
+        return argv + ["--default-artifact-root", root.as_uri()]
+    return server_argv(store, Path(artifacts) if artifacts else study.out_dir / "artifacts",
+                       port, workers, host)
+
+
+def server_argv(backend: str, artifacts: str | Path, port: int, workers: int = 1,
+                host: str = LOOPBACK) -> list[str]:
+    """``mlflow server`` storing runs in ``backend`` (a database URL) and artifacts under the
+    local folder ``artifacts``, which it serves to its clients (``mlflow-artifacts:``)."""
+    folder = Path(artifacts).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+            "--artifacts-destination", str(folder), "--serve-artifacts",
+            "--host", host, "--port", str(port), "--workers", str(workers)]
+
+
+def study_links(study: Study, base_url: str, store: str = "") -> list[str]:
     """Direct UI links: the study's experiment (its runs) and its parent run (the report)."""
-    if not store_exists(study.store_uri):
+    store = store or study.store_uri
+    if not store_exists(store):
         return []
-    client = make_client(study.store_uri)
+    client = make_client(store)
     exp = with_retry(client.get_experiment_by_name, study.experiment)
     if exp is None:
         return []
@@ -256,9 +284,14 @@ def ui_command(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers: expected an integer >= 1, got {args.workers}")
     study = load_study(args.study, out=args.out)
-    base_url = f"http://127.0.0.1:{args.port}"
+    argv = ui_argv(study, args.port, args.workers, args.host, args.backend_store_uri,
+                   args.artifacts_destination)
+    base_url = f"http://{args.host}:{args.port}"
     print(f"MLflow UI for study {study.name} at {base_url} (Ctrl-C stops it)")
-    for line in study_links(study, base_url) or [f"no runs yet: launch `hindsight sweep {args.study}`"]:
+    if args.host != LOOPBACK:
+        print(f"  listening on {args.host}: other machines can reach it (default: {LOOPBACK})")
+    links = study_links(study, base_url, args.backend_store_uri)
+    for line in links or [f"no runs yet: launch `hindsight sweep {args.study}`"]:
         print(f"  {line}")
     sys.stdout.flush()
-    return serve(ui_argv(study, args.port, args.workers), {**os.environ, **UI_ENV})
+    return serve(argv, {**os.environ, **UI_ENV})

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,6 +56,9 @@ DEFAULT_EXPERIMENT = TrackingConfig.experiment
 PARAM_TYPES = ("float", "int", "categorical")
 MODES = ("max", "min")
 REQUIRED = object()  # KeySpec.default of a key that has none
+# A study name is a folder name under runs/ and an MLflow experiment: no separators, no
+# leading dot (so neither "." nor ".." nor a hidden folder), so it cannot leave runs/.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ class KeySpec:
 
 STUDY_FIELDS: dict[str, KeySpec] = {
     "name": KeySpec("string", REQUIRED, "Study name: the MLflow experiment, the parent run's "
-                    "name and the default output folder `runs/<name>`.", "no `/`"),
+                    "name and the default output folder `runs/<name>`.",
+                    "letters, digits, `.`, `_`, `-`; starts with a letter or digit"),
     "base": KeySpec("path or mapping", None, "The run config every trial starts from: a YAML "
                     "file (relative to the study file) or an inline mapping; its keys are listed "
                     "under *Run config* below. Empty: all defaults."),
@@ -81,7 +86,8 @@ STUDY_FIELDS: dict[str, KeySpec] = {
                     "the product of the axes. `seed: [0, 1, 2]` is the seed axis (default: "
                     "`[base.seed]`). Cannot be combined with `search`."),
     "search": KeySpec("mapping", None, "An Optuna search instead of a grid (keys below).", ""),
-    "resources": KeySpec("mapping", {}, "Ray resources per trial: `cpus`, `gpus` (keys below)."),
+    "resources": KeySpec("mapping", {}, "Ray resources per trial: `cpus`, `gpus`, `custom` "
+                         "(keys below)."),
     "max_concurrent": KeySpec("integer", 0, "Trials running at once; 0 = as resources allow.",
                               ">= 0"),
     "tracking_uri": KeySpec("string", "", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI, "
@@ -90,7 +96,8 @@ STUDY_FIELDS: dict[str, KeySpec] = {
                            "(dashboard and usage stats off)."),
     "out": KeySpec("string", "", "Output folder (relative to the study file): store, "
                    "artifacts, checkpoints, report; empty = `./runs/<name>` of the current "
-                   "folder. `--out` on the command line overrides it."),
+                   "folder. `--out` on the command line overrides it.",
+                   "inside the study file's folder (a folder elsewhere is chosen with `--out`)"),
 }
 SEARCH_FIELDS: dict[str, KeySpec] = {
     "space": KeySpec("mapping", REQUIRED, "Dotted run-config key -> dimension (keys below); at "
@@ -114,7 +121,12 @@ PARAM_FIELDS: dict[str, KeySpec] = {
 }
 RESOURCE_FIELDS: dict[str, KeySpec] = {
     "cpus": KeySpec("number", 1.0, "CPUs per trial; fractions allowed.", ">= 0"),
-    "gpus": KeySpec("number", 0.0, "GPUs per trial; fractions allowed.", ">= 0"),
+    "gpus": KeySpec("number", 0.0, "GPUs per trial; fractions allowed (0.5: two trials share "
+                    "a GPU).", ">= 0"),
+    "custom": KeySpec("mapping", {}, "Custom Ray resources per trial, name -> amount (e.g. "
+                      "`{a100: 1}` for nodes started with `ray start --resources "
+                      "'{\"a100\": 4}'`): trials run only on nodes that have them.",
+                      "amounts >= 0"),
 }
 STUDY_KEYS = tuple(STUDY_FIELDS)
 SEARCH_KEYS = tuple(SEARCH_FIELDS)
@@ -150,6 +162,12 @@ class SearchSpec:
 class Resources:
     cpus: float = 1.0
     gpus: float = 0.0
+    # ((name, amount), ...): custom Ray resources per trial.
+    custom: tuple[tuple[str, float], ...] = ()
+
+    def ray(self) -> dict[str, float]:
+        """The per-trial request for ``tune.with_resources``."""
+        return {"cpu": self.cpus, "gpu": self.gpus, **dict(self.custom)}
 
 
 @dataclass(frozen=True)
@@ -339,20 +357,35 @@ def _parse_search(where: str, data: Any, base: RunConfig, out_dir: Path) -> Sear
     metric = _want(f"{where}.metric", data.get("metric", SearchSpec.metric), str, "a metric name")
     storage = _want(f"{where}.storage", data.get("storage", "") or "optuna.db", str, "a path or URL")
     if "://" not in storage:
-        storage = sqlite_uri(out_dir / storage)
+        db = (out_dir / storage).resolve()
+        if not db.is_relative_to(out_dir):
+            raise ConfigError(f"{where}.storage: {storage!r} leaves the output folder; give a path "
+                              f"inside it or an RDB URL")
+        storage = sqlite_uri(db)
     return SearchSpec(params, metric=metric, mode=mode, storage=storage, **ints)
 
 
 def _parse_resources(where: str, data: Any) -> Resources:
-    _want(where, data, dict, "a mapping with cpus/gpus")
+    _want(where, data, dict, "a mapping with cpus/gpus/custom")
     _check_keys(where, data, RESOURCE_KEYS)
-    values = {}
-    for key in RESOURCE_KEYS:
-        value = _want(f"{where}.{key}", data.get(key, getattr(Resources, key)), (int, float), "a number")
-        if value < 0:
-            raise ConfigError(f"{where}.{key}: must be >= 0, got {value}")
-        values[key] = float(value)
+    values: dict[str, Any] = {}
+    for key in ("cpus", "gpus"):
+        values[key] = _amount(f"{where}.{key}", data.get(key, getattr(Resources, key)))
+    custom = _want(f"{where}.custom", data.get("custom") or {}, dict, "a mapping of resource "
+                   "names to amounts")
+    for name in custom:
+        if not isinstance(name, str) or not name or name.upper() in ("CPU", "GPU"):
+            raise ConfigError(f"{where}.custom: {name!r} is not a custom resource name (CPUs and "
+                              f"GPUs are resources.cpus and resources.gpus)")
+    values["custom"] = tuple((k, _amount(f"{where}.custom.{k}", v)) for k, v in custom.items())
     return Resources(**values)
+
+
+def _amount(where: str, value: Any) -> float:
+    value = _want(where, value, (int, float), "a number")
+    if value < 0:
+        raise ConfigError(f"{where}: must be >= 0, got {value}")
+    return float(value)
 
 
 def _load_base(where: str, base: Any, folder: Path) -> RunConfig:
@@ -370,21 +403,38 @@ def _load_base(where: str, base: Any, folder: Path) -> RunConfig:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def _study_out(where: str, data: Mapping, folder: Path, name: str) -> Path:
+    """The study file's ``out`` (inside the study file's folder) or ``./runs/<name>``.  A file
+    cannot send the outputs elsewhere (``out: ../../x``, ``out: /etc``): the person who runs
+    it chooses such a folder with ``--out``."""
+    out = _want(f"{where}.out", data.get("out") or "", str, "a folder path")
+    if not out:
+        return (Path("runs") / name).resolve()
+    home = folder.expanduser().resolve()
+    out_dir = (home / Path(out).expanduser()).resolve()
+    if not out_dir.is_relative_to(home):
+        raise ConfigError(f"{where}.out: {out!r} is outside the study file's folder {str(home)!r}; "
+                          f"a study file can only name a folder inside its own, choose another "
+                          f"output folder with --out DIR")
+    return out_dir
+
+
 def parse_study(data: Any, *, folder: Path, out: str | Path | None = None,
                 path: Path | None = None, where: str = "study") -> Study:
     """Build a :class:`Study` from a parsed YAML mapping; paths relative to ``folder``."""
     _want(where, data, dict, "a mapping")
     _check_keys(where, data, STUDY_KEYS)
     name = data.get("name")
-    if not isinstance(name, str) or not name or "/" in name or name.strip() != name:
-        raise ConfigError(f"{where}.name: expected a non-empty name without '/', got {name!r}")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ConfigError(f"{where}.name: expected a non-empty name of letters, digits, '.', '_' "
+                          f"and '-' that starts with a letter or digit (it names a folder under "
+                          f"the output folder), got {name!r}")
     base = _load_base(f"{where}.base", data.get("base"), folder)
     overrides = _want(f"{where}.set", data.get("set") or {}, dict, "a mapping of dotted keys to values")
     for key, value in overrides.items():
         _check_value(f"{where}.set", base, key, value)
     base = apply_overrides(base, overrides)
-    out_dir = Path(out) if out else (folder / data["out"] if data.get("out") else Path("runs") / name)
-    out_dir = out_dir.expanduser().resolve()
+    out_dir = Path(out).expanduser().resolve() if out else _study_out(where, data, folder, name)
     grid = _parse_grid(f"{where}.grid", data.get("grid") or {}, base)
     search = None
     if data.get("search") is not None:

@@ -1,7 +1,8 @@
 """Fake train functions for the sweep tests (same signature as ``trainer.run.train``).
 
-Importable by Ray workers (module-level functions) and runnable as a driver script for the
-SIGKILL test: ``python tests/sweeps_fakes.py STUDY.yaml [slow]``.
+Importable by Ray workers (module-level functions) and runnable as a driver script (the
+SIGKILL, cluster and two-driver tests): ``python tests/sweeps_fakes.py STUDY.yaml
+[slow|counted|node]``.
 
 Behaviour is chosen by config fields the fakes never otherwise read:
 ``writer.model == "fail"`` always raises; ``"fail_once"`` raises on the first attempt only
@@ -74,13 +75,68 @@ def slow_train(cfg, *, run_id=None, resume=False, progress=True):
     return fake_train(cfg, run_id=run_id, resume=resume, progress=progress, steps=6, sleep=0.5)
 
 
+CHATTER = "Loading weights: model.safetensors"
+
+
+def chatty_train(cfg, *, run_id=None, resume=False, progress=True):
+    """fake_train that talks as a real trial does: a print, a logging warning and a tqdm bar
+    (weight loading), on stdout and stderr."""
+    import logging
+
+    from tqdm import tqdm
+
+    print(f"{CHATTER} (print, seed {cfg.seed})", flush=True)
+    logging.getLogger("transformers").warning("%s (logging)", CHATTER)
+    for _ in tqdm(range(3), desc=CHATTER, file=sys.stderr):
+        pass
+    return fake_train(cfg, run_id=run_id, resume=resume, progress=progress)
+
+
+def node_train(cfg, *, run_id=None, resume=False, progress=True):
+    """fake_train that records, while it runs (2 s), how many trials run on its Ray node at
+    once (files under ``<study out>/active/<node id>/``), as the metric ``node_concurrency``,
+    and how many GPUs Ray gave it, as ``gpus_seen``."""
+    import os
+
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    active = Path(cfg.output.dir).parents[1] / "active" / node
+    active.mkdir(parents=True, exist_ok=True)
+    mine = active / Path(cfg.output.dir).name
+    mine.write_text(str(os.getpid()))
+    try:
+        seen = 0
+        for _ in range(8):
+            seen = max(seen, len(list(active.iterdir())))
+            time.sleep(0.25)
+        result = fake_train(cfg, run_id=run_id, resume=resume, progress=progress)
+    finally:
+        mine.unlink()
+    logger = RunLogger(cfg.tracking.uri, cfg.tracking.experiment)
+    logger.client.log_metric(result.run_id, "node_concurrency", seen)
+    logger.client.log_metric(result.run_id, "gpus_seen", len(ray.get_gpu_ids()))
+    return result
+
+
+def counted_train(cfg, *, run_id=None, resume=False, progress=True):
+    """fake_train that appends ``<cell id> <seed>`` to ``<study out>/trainings.txt`` each
+    time it trains a pair (the distributed-search test counts duplicates there)."""
+    from trainer.tracking import cell_id
+
+    with open(Path(cfg.output.dir).parents[1] / "trainings.txt", "a") as out:
+        out.write(f"{cell_id(cfg)} {cfg.seed}\n")
+    return fake_train(cfg, run_id=run_id, resume=resume, progress=progress, steps=3, sleep=0.3)
+
+
 def main(argv: list[str]) -> int:
     import sweeps_fakes as fakes  # by module name, so Ray pickles the functions by reference
 
     from sweeps.runner import run_study
     from sweeps.study import load_study
 
-    train = fakes.slow_train if argv[1:2] == ["slow"] else fakes.fake_train
+    train = {"slow": fakes.slow_train, "counted": fakes.counted_train,
+             "node": fakes.node_train}.get(argv[1] if len(argv) > 1 else "", fakes.fake_train)
     status = run_study(load_study(argv[0]), train_fn=train)
     return 0 if status is not None and status.complete else 1
 

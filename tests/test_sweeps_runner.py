@@ -114,3 +114,30 @@ def test_optuna_search_mean_over_seeds_and_resume(tmp_path):
     lines: list[str] = []
     run_study(study, train_fn=fakes.fake_train, echo=lines.append)
     assert lines[0].startswith("search t: 0 of 3 Optuna trials to run")
+
+
+def test_console_one_line_per_trial_start_and_end_worker_output_in_trial_logs(tmp_path, capfd):
+    """The driver prints the plan, then one `started` and one end line per trial (start
+    first), and a progress bar; what the trials print (weight-loading bars, logging) is in
+    each trial's trial.log (the run's hindsight.log tag), not on the sweep's console."""
+    study = _study(tmp_path, {"seed": [0, 1, 2]}, max_concurrent=2)
+    lines: list[str] = []
+    status = run_study(study, train_fn=fakes.chatty_train, echo=lines.append, bar=True)
+    assert status.complete
+    out, err = capfd.readouterr()
+    assert lines[0].startswith("launch 3, skip 0 finished")
+    body = lines[1:]
+    assert len(body) == 6, lines
+    for seed in (0, 1, 2):
+        mine = [i for i, line in enumerate(body) if f"seed={seed}" in line]
+        assert len(mine) == 2 and body[mine[0]].startswith("  started  ")
+        assert re.match(r"\[\d/3\] finished ", body[mine[1]])
+    assert fakes.CHATTER not in out + err + "\n".join(lines)
+    assert "3/3" in err  # the study's progress bar
+    for runs in study_children(study).values():
+        log = Path(runs[0].data.tags["hindsight.log"])
+        assert log.parent.name.endswith(f"-s{runs[0].data.tags['seed']}")
+        text = log.read_text()
+        assert f"{fakes.CHATTER} (print, seed" in text and f"{fakes.CHATTER} (logging)" in text
+        assert f"{fakes.CHATTER}: 100%" in text  # the tqdm bar
+        assert runs[0].data.tags["hindsight.node_id"]

@@ -19,7 +19,7 @@ import yaml
 from sweeps.runner import ensure_parent
 from sweeps.status import study_links, study_status, ui_argv
 from sweeps.study import describe_overrides, distinguishing, expand, load_study
-from trainer.config import flatten, resolve
+from trainer.config import ConfigError, flatten, resolve
 from trainer.tracking import experiment_id, make_client, run_tags
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,11 +96,27 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def listening_hosts(port: int) -> set[str]:
+    """The local addresses that listen on TCP ``port`` (``ss``), e.g. {"127.0.0.1"}."""
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
+                         check=True).stdout
+    return {line.split()[3].rsplit(":", 1)[0] for line in out.splitlines() if line.strip()}
+
+
 def test_ui_argv_one_worker_and_links(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     study = _study(tmp_path, grid={"algo.method": ["grpo"]})
     argv = ui_argv(study, 5123)
     assert argv[argv.index("--workers") + 1] == "1"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"  # this machine only, unless told
+    assert ui_argv(study, 5123, host="0.0.0.0")[argv.index("--host") + 1] == "0.0.0.0"
+    server = ui_argv(study, 5123, backend="postgresql://hs:pw@127.0.0.1:5432/db")
+    assert server[2:4] == ["mlflow", "server"] and "--serve-artifacts" in server
+    assert server[server.index("--host") + 1] == "127.0.0.1"
+    assert server[server.index("--artifacts-destination") + 1] == str(study.out_dir / "artifacts")
+    http = _study(tmp_path, grid={"algo.method": ["grpo"]}, tracking_uri="http://u:secret@h:5000")
+    with pytest.raises(ConfigError, match=r"tracking server at http://u:\*\*\*@h:5000"):
+        ui_argv(http, 5123)
     assert study_links(study, "http://h") == []  # nothing launched: no store created
     assert not (study.out_dir / "mlruns.db").exists()
     client = make_client(study.store_uri)
@@ -131,6 +147,7 @@ def test_ui_serves_then_sigterm_closes_the_port(tmp_path, monkeypatch):
             time.sleep(0.5)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as reply:
             assert reply.status == 200
+        assert listening_hosts(port) == {"127.0.0.1"}  # not 0.0.0.0: this machine only
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:

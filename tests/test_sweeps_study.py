@@ -74,6 +74,19 @@ def test_explicit_out_and_tracking_uri(tmp_path, monkeypatch):
     assert study.store_uri == "sqlite:////tmp/env.db"
     assert _study(tmp_path, tracking_uri="http://h:5000").store_uri == "http://h:5000"
     assert load_study(_write(tmp_path, {"name": "s"}), out=tmp_path / "o").out_dir == tmp_path / "o"
+    # --out (the person running the study) may choose any folder; the file may not.
+    assert load_study(_write(tmp_path, {"name": "s", "out": "/etc"}), out=tmp_path / "o").out_dir \
+        == tmp_path / "o"
+    assert _study(tmp_path, out=str(tmp_path / "abs")).out_dir == tmp_path / "abs"
+
+
+def test_name_and_out_cannot_leave_the_output_folder(tmp_path, monkeypatch):
+    """Every path a study writes is under its output folder, whatever the name says."""
+    monkeypatch.chdir(tmp_path)
+    study = load_study(_write(tmp_path, {"name": "a.b_c-1", "grid": {"seed": [0, 1]}}))
+    assert study.out_dir == tmp_path / "runs" / "a.b_c-1"
+    for trial in expand(study):
+        assert Path(trial.cfg.output.dir).resolve().is_relative_to(study.out_dir)
 
 
 @pytest.mark.parametrize("data, fragment", [
@@ -85,6 +98,14 @@ def test_explicit_out_and_tracking_uri(tmp_path, monkeypatch):
     ({"name": "s", "grid": {"env.name": ["househol"]}}, "did you mean 'household'"),
     ({"name": "s", "resources": {"cpu": 1}}, "did you mean 'cpus'"),
     ({"name": "s/x"}, "name: expected a non-empty name"),
+    ({"name": "../../x"}, "name: expected a non-empty name"),
+    ({"name": ".."}, "name: expected a non-empty name"),
+    ({"name": ".hidden"}, "name: expected a non-empty name"),
+    ({"name": "s", "out": "../../x"}, "out: '../../x' is outside the study file's folder"),
+    ({"name": "s", "out": "/etc"}, "choose another output folder with --out DIR"),
+    ({"name": "s", "out": "ok/../../x"}, "is outside the study file's folder"),
+    ({"name": "s", "search": {"space": {"algo.beta_opd": {"type": "float", "low": 1, "high": 5}},
+                              "storage": "../../optuna.db"}}, "storage: '../../optuna.db' leaves"),
     ({"name": "s", "search": {"space": {"algo.beta_opd": {"type": "float", "low": 5, "high": 1}}}},
      "low 5 must be below high 1"),
     ({"name": "s", "search": {"space": {"algo.beta_opd": {"type": "uniform"}}}},

@@ -193,3 +193,32 @@ def test_concurrent_writers_lose_no_metrics(store):
         for i in range(8):
             hist = client.get_metric_history(run_id, f"k{i}")
             assert sorted((m.step, m.value) for m in hist) == [(s, float(s + i)) for s in range(25)]
+
+
+def _logged_text(client: MlflowClient, run_id: str, tmp_path: Path) -> str:
+    """Every param, tag and text artifact of a run, as one string."""
+    run = client.get_run(run_id)
+    parts = [f"{k}={v}" for k, v in {**run.data.params, **run.data.tags}.items()]
+    where = Path(client.download_artifacts(run_id, "", str(tmp_path / f"dl-{run_id}")))
+    parts += [p.read_text(errors="replace") for p in where.rglob("*") if p.is_file()]
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("pasted", [False, True])
+def test_external_writer_api_key_is_never_logged(tmp_path, store, monkeypatch, pasted):
+    """The key (in its env var, or pasted into api_key_env by mistake) appears in no param,
+    tag or artifact, not even in an error's traceback that quotes it."""
+    key = "sk-test-4f9a0c1e7b2d"
+    monkeypatch.setenv("HS_TEST_WRITER_KEY", key)
+    cfg = _cfg(tmp_path, store, **{"writer.kind": "external", "writer.endpoint": "http://127.0.0.1:9/v1",
+                                   "writer.api_key_env": key if pasted else "HS_TEST_WRITER_KEY"})
+    logger = _logger(cfg)
+    run_id = logger.start(cfg, tags={"note": f"Bearer {key}"})
+    logger.set_tags({"endpoint_auth": f"Authorization: Bearer {key}"})
+    logger.log_text(f"request failed with key {key}", "skills/step_000000.txt")
+    logger.fail(RuntimeError(f"401 Unauthorized for key {key}"))
+    text = _logged_text(MlflowClient(store), run_id, tmp_path)
+    assert key not in text
+    assert "401 Unauthorized for key ***" in text and "Bearer ***" in text  # the rest is kept
+    params = MlflowClient(store).get_run(run_id).data.params
+    assert params["writer.api_key_env"] == ("***" if pasted else "HS_TEST_WRITER_KEY")

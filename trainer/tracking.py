@@ -18,12 +18,14 @@ The store defaults to ``sqlite:///<output.dir>/mlruns.db`` unless ``cfg.tracking
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import time
 import traceback
@@ -98,12 +100,42 @@ def artifact_root(uri: str) -> str | None:
     return (Path(uri[len("sqlite:///"):]).parent / "artifacts").as_uri()
 
 
+POSTGRES_SCHEMES = ("postgresql://", "postgresql+", "postgres://")
+
+
+@contextlib.contextmanager
+def db_lock(url: str, name: str):
+    """Hold the PostgreSQL advisory lock ``name`` of the database at ``url`` while the block
+    runs (every client of that database shares it; the database releases it if the holder's
+    connection dies).  Not a PostgreSQL URL: no lock."""
+    if not url.startswith(POSTGRES_SCHEMES):
+        yield
+        return
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    key = int.from_bytes(hashlib.sha256(f"hindsight/{name}".encode()).digest()[:8], "big", signed=True)
+    engine = sqlalchemy.create_engine(url.replace("postgres://", "postgresql://", 1), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                conn.commit()
+    finally:
+        engine.dispose()
+
+
 def make_client(uri: str) -> MlflowClient:
     """A client whose store is open.  For a sqlite file, opening (which creates or migrates
     MLflow's schema) holds an exclusive lock on ``<db>.lock`` so that processes opening a
-    fresh store at once do not race on the schema; a fresh store is created with its artifact
-    root beside the database, so that even MLflow's ``Default`` experiment points inside the
-    study folder (MLflow's own default is ``./mlruns`` of the current folder)."""
+    fresh store at once do not race on the schema (a PostgreSQL store: an advisory lock); a
+    fresh store is created with its artifact root beside the database, so that even
+    MLflow's ``Default`` experiment points inside the study folder (MLflow's own default is
+    ``./mlruns`` of the current folder)."""
 
     def connect() -> MlflowClient:
         if root is not None and not db.exists():
@@ -115,8 +147,9 @@ def make_client(uri: str) -> MlflowClient:
         return client
 
     root = artifact_root(uri)
-    if root is None:
-        return with_retry(connect)
+    if root is None:  # a database's schema is created once, under its advisory lock
+        with db_lock(uri, "mlflow-schema"):
+            return with_retry(connect)
     db = Path(uri[len("sqlite:///"):])
     db.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{db}.lock", "a") as lock:
@@ -184,6 +217,33 @@ def run_tags(cfg: RunConfig, kind: str = "trial") -> dict[str, str]:
     return tags
 
 
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+REDACTED = "***"
+
+
+def secret_values(cfg: RunConfig) -> tuple[str, ...]:
+    """Strings a run must never log: the external writer's API key (the value of the
+    environment variable ``writer.api_key_env`` names) and ``api_key_env`` itself when it is
+    not a variable name (a key pasted in its place).  Short values (< 4 characters) are not
+    treated as secrets: replacing them everywhere would mangle ordinary text."""
+    name = cfg.writer.api_key_env or ""
+    values = [os.environ.get(name, "")] if ENV_NAME_RE.fullmatch(name) else [name]
+    return tuple(sorted({v for v in values if len(v) >= 4}, key=len, reverse=True))
+
+
+def redact(value: Any, secrets: tuple[str, ...]) -> str:
+    """``str(value)`` with every secret replaced by ``***``."""
+    text = str(value)
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact_url(uri: str) -> str:
+    """``uri`` without its password (``postgresql://user:***@host/db``), for messages."""
+    return re.sub(r"(://[^/:@]*):[^/@]*@", r"\1:***@", uri)
+
+
 def truncate(value: Any, limit: int = MAX_PARAM_VAL_LENGTH) -> str:
     """``str(value)`` cut to ``limit`` characters, ending in "..." when cut."""
     text = str(value)
@@ -211,14 +271,18 @@ class RunLogger:
         self.run_id: str | None = None
         self._step: int | None = None
         self._buffer: dict[str, float] = {}
+        # Never logged as a param, tag or text artifact (set by start from the config).
+        self.secrets: tuple[str, ...] = ()
 
     # -- lifecycle
     def start(
         self, cfg: RunConfig, run_id: str | None = None, tags: Mapping[str, str] | None = None
     ) -> str:
         """Create a run in the experiment (or continue ``run_id``, setting it RUNNING), set
-        the contract tags plus ``tags``, log params and ``config.json``; return the run id."""
-        all_tags = {**run_tags(cfg), **(tags or {})}
+        the contract tags plus ``tags``, log params and ``config.json``; return the run id.
+        The external writer's API key (:func:`secret_values`) is redacted from all of them."""
+        self.secrets = secret_values(cfg)
+        all_tags = {k: redact(v, self.secrets) for k, v in {**run_tags(cfg), **(tags or {})}.items()}
         if run_id is None:
             exp = experiment_id(self.client, self.experiment)
             run = with_retry(
@@ -260,14 +324,15 @@ class RunLogger:
             self.fail(exc)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        self._log_batch(tags=[RunTag(k, truncate(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()])
+        self._log_batch(tags=[RunTag(k, truncate(redact(v, self.secrets), MAX_TAG_VAL_LENGTH))
+                              for k, v in tags.items()])
 
     # -- params and metrics
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log scalar params (values truncated to MLflow's 6000-char limit).  Params already
         logged with the same value are skipped (a resumed run); a changed value raises."""
         existing = with_retry(self.client.get_run, self._id()).data.params
-        new = {k: truncate(v) for k, v in params.items()}
+        new = {k: truncate(redact(v, self.secrets)) for k, v in params.items()}
         changed = sorted(k for k, v in new.items() if k in existing and existing[k] != v)
         if changed:
             raise ValueError(f"run {self.run_id} already has different values for params {changed}")
@@ -295,7 +360,7 @@ class RunLogger:
 
     # -- artifacts
     def log_text(self, text: str, artifact_file: str) -> None:
-        with_retry(self.client.log_text, self._id(), text, artifact_file)
+        with_retry(self.client.log_text, self._id(), redact(text, self.secrets), artifact_file)
 
     def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None:
         self.log_text(json.dumps(data, indent=2, sort_keys=True, default=str), artifact_file)
