@@ -30,12 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The box (row 3, column 2) must go down to the target (row 5, column 2); the player stands
 # below it, so "up" pushes it into the top-left corner: a dead end.
-CORNER = ("######",
-          "#____#",
-          "#$___#",
-          "#@___#",
-          "#.___#",
-          "######")
+CORNER = ("######", "#____#", "#$___#", "#@___#", "#.___#", "######")
 
 
 def act(env: SokobanEnv, action: str):
@@ -96,8 +91,15 @@ def test_panels_and_episodes_identical_across_processes_and_hash_seeds():
     digests = []
     for hash_seed in ("0", "4242"):
         environ = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=str(ROOT))
-        out = subprocess.run([sys.executable, "-c", _DIGEST], cwd=ROOT, env=environ,
-                             capture_output=True, text=True, check=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-c", _DIGEST],
+            cwd=ROOT,
+            env=environ,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
         digests.append(out.stdout.strip())
     assert len(digests[0]) == 64 and digests[0] == digests[1]
 
@@ -112,10 +114,12 @@ def test_observation_shows_the_map_positions_and_admissible_moves():
     result = act(env, "right")
     assert result.observation.startswith("You move right.\n") and result.info["valid"]
     assert "#$___#\n#_@__#" in result.observation and not result.info["pushed"]
-    assert env.demo_thought(env.task) == ("Goal: push the box onto the target; never push a box "
-                                          "into a corner.")
+    assert env.demo_thought(env.task) == (
+        "Goal: push the box onto the target; never push a box into a corner."
+    )
     assert "+" in SokobanEnv(show_admissible=False).reset(
-        custom_task("sokoban/custom/0002", ("#####", "#+$_#", "#####")))
+        custom_task("sokoban/custom/0002", ("#####", "#+$_#", "#####"))
+    )
 
 
 def test_pushes_move_boxes_and_solving_ends_with_reward_one():
@@ -127,7 +131,13 @@ def test_pushes_move_boxes_and_solving_ends_with_reward_one():
     assert (r.reward, r.done, r.success) == (0.0, False, False)
     r = act(env, "right")
     assert r.observation.startswith("You push the box right. Every box is on a target.")
-    assert (r.reward, r.done, r.success, r.info["distance"], r.info["score"]) == (1.0, True, True, 0, 1.0)
+    assert (r.reward, r.done, r.success, r.info["distance"], r.info["score"]) == (
+        1.0,
+        True,
+        True,
+        0,
+        1.0,
+    )
     assert "#__@*#" in r.observation
     with pytest.raises(RuntimeError, match="episode not running"):
         act(env, "left")
@@ -137,7 +147,12 @@ def test_blocked_moves_and_unparseable_responses_are_invalid_and_change_nothing(
     env = SokobanEnv(invalid_penalty=0.25)
     env.reset(custom_task("sokoban/custom/0004", ("######", "#@$$.#", "#.___#", "######")))
     key = env.state_key()
-    for response in (format_response("left"), format_response("right"), "right", "<action>fly</action>"):
+    for response in (
+        format_response("left"),
+        format_response("right"),
+        "right",
+        "<action>fly</action>",
+    ):
         r = env.step(response)
         assert (r.reward, r.info["valid"], r.done) == (-0.25, False, False)
         assert r.observation.startswith(INVALID_OBSERVATION + "\n") and env.state_key() == key
@@ -148,7 +163,9 @@ def test_episode_ends_at_max_turns_and_levels_set_the_budget():
     assert SokobanEnv().max_turns == 15 and SokobanEnv(level="2box").max_turns == 20
     assert SokobanEnv(max_turns=4).max_turns == 4
     episode = play([], rows=CORNER)  # "left" into the wall forever
-    assert len(episode.turns) == 15 and not episode.success and episode.turns[-1].reward == -0.1
+    assert (
+        len(episode.turns) == 15 and not episode.success and episode.turns[-1].reward == 0.0
+    )  # binary outcome by default
 
 
 def test_parse_move_canonical_forms():
@@ -158,8 +175,14 @@ def test_parse_move_canonical_forms():
     assert parse_move("<action>d</action>") == "down"
     assert parse_move("<action>north</action>") == "up"
     assert parse_move("<action>up</action> then <action>down</action>") == "down"
-    for bad in ("up", "<action></action>", "<action>jump</action>", "<action>up down</action>",
-                "<action>move</action>", "<action>upward</action>"):
+    for bad in (
+        "up",
+        "<action></action>",
+        "<action>jump</action>",
+        "<action>up down</action>",
+        "<action>move</action>",
+        "<action>upward</action>",
+    ):
         assert parse_move(bad) is None, bad
 
 
@@ -188,7 +211,7 @@ def test_distance_matches_a_forward_search_and_the_plan_reaches_the_goal():
         plan = env.optimal_plan()
         for i, action in enumerate(plan):
             r = act(env, action)
-            assert r.info["distance"] == len(plan) - i - 1 and r.info["plan"] == plan[i + 1:]
+            assert r.info["distance"] == len(plan) - i - 1 and r.info["plan"] == plan[i + 1 :]
         assert r.success
 
 
@@ -212,12 +235,7 @@ def test_a_push_into_a_corner_is_a_dead_end_and_the_decisive_error():
 
 
 def test_a_push_along_a_wall_without_a_target_is_a_dead_end():
-    rows = ("######",
-            "#____#",
-            "#_$@_#",
-            "#____#",
-            "#___.#",
-            "######")
+    rows = ("######", "#____#", "#_$@_#", "#____#", "#___.#", "######")
     env = SokobanEnv()
     env.reset(custom_task("sokoban/custom/0005", rows))
     assert not env.is_dead_end()
@@ -245,8 +263,10 @@ def test_random_policy_rarely_succeeds_and_noisy_expert_recovers_sometimes():
     env = SokobanEnv()
     rng = random.Random(0)
     tasks = env.panel("eval")
-    random_wins = sum(run_episode(env, t, lambda e, o, turns: format_response(rng.choice(e.actions))).success
-                      for t in tasks)
+    random_wins = sum(
+        run_episode(env, t, lambda e, o, turns: format_response(rng.choice(e.actions))).success
+        for t in tasks
+    )
     assert random_wins / len(tasks) < 0.15
     noisy = [run_episode(env, t, expert_policy(0.5, seed="noise")) for t in tasks]
     rate = sum(e.success for e in noisy) / len(noisy)
