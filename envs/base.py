@@ -198,6 +198,7 @@ class TextEnv(abc.ABC):
         self.invalid_penalty = invalid_penalty
         self.task: Task | None = None
         self.turn = 0
+        self.done = False
 
     # -- tasks -------------------------------------------------------------------------
     @abc.abstractmethod
@@ -215,6 +216,17 @@ class TextEnv(abc.ABC):
     def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
         """Start ``task``; apply the actions in ``replay`` (recovery experiments); return
         the current observation text."""
+
+    def replay_actions(self, observation: str, replay: Sequence[str]) -> str:
+        """Apply the action texts of ``replay`` right after a reset whose observation is
+        ``observation``; return the last observation.  Raises when the episode ends before
+        the last action."""
+        for i, action in enumerate(replay):
+            if self.done:
+                raise ValueError(f"replay of {self.task.id!r} ends the episode at action {i - 1}; "
+                                 f"{len(replay) - i} actions left over")
+            observation = self.step(format_response(action)).observation
+        return observation
 
     @abc.abstractmethod
     def step(self, response_text: str) -> StepResult:

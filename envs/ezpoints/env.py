@@ -27,7 +27,7 @@ import random
 import re
 from collections.abc import Sequence
 
-from envs.base import StepResult, Task, TextEnv, format_response, parse_tagged, with_admissible
+from envs.base import StepResult, Task, TextEnv, parse_tagged, with_admissible
 from envs.ezpoints.cards import (
     EQUALS,
     TARGET,
@@ -116,13 +116,7 @@ class EZPointsEnv(TextEnv):
         self.values = tuple(value(r) for r, _ in self.cards)
         self.formula, self.ended, self.success = (), False, False
         self._rng = random.Random(f"ezpoints/expert/{task.id}")
-        observation = self._observe("The cards are dealt.")
-        for i, action in enumerate(replay):
-            if self.done:
-                raise ValueError(f"replay of {task.id!r} ends the episode at action {i - 1}; "
-                                 f"{len(replay) - i} actions left over")
-            observation = self.step(format_response(action)).observation
-        return observation
+        return self.replay_actions(self._observe("The cards are dealt."), replay)
 
     def step(self, response_text: str) -> StepResult:
         if not self.cards or self.done:

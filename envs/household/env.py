@@ -27,7 +27,6 @@ from envs.base import (
     Task,
     TextEnv,
     Turn,
-    format_response,
     parse_tagged,
     with_admissible,
     without_admissible,
@@ -115,13 +114,7 @@ class HouseholdEnv(TextEnv):
         self.task, self.turn, self.done = task, 0, False
         self.state, self._current = State(self.world), None
         self._rng = random.Random(f"household/expert/{task.id}")
-        observation = self._observe(room_overview(self.world))
-        for i, action in enumerate(replay):
-            if self.done:
-                raise ValueError(f"replay of {task.id!r} ends the episode at action {i - 1}; "
-                                 f"{len(replay) - i} actions left over")
-            observation = self.step(format_response(action)).observation
-        return observation
+        return self.replay_actions(self._observe(room_overview(self.world)), replay)
 
     def step(self, response_text: str) -> StepResult:
         if self.state is None or self.done:

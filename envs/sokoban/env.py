@@ -29,7 +29,7 @@ import random
 import re
 from collections.abc import Sequence
 
-from envs.base import StepResult, Task, TextEnv, format_response, parse_tagged, with_admissible
+from envs.base import StepResult, Task, TextEnv, parse_tagged, with_admissible
 from envs.sokoban.levels import (
     LEVELS,
     MOVES,
@@ -119,13 +119,7 @@ class SokobanEnv(TextEnv):
         self.task, self.turn, self.done = task, 0, False
         self.state = self.solution.board.start
         self._rng = random.Random(f"sokoban/expert/{task.id}")
-        observation = self._observe("You stand in the room.")
-        for i, action in enumerate(replay):
-            if self.done:
-                raise ValueError(f"replay of {task.id!r} ends the episode at action {i - 1}; "
-                                 f"{len(replay) - i} actions left over")
-            observation = self.step(format_response(action)).observation
-        return observation
+        return self.replay_actions(self._observe("You stand in the room."), replay)
 
     def step(self, response_text: str) -> StepResult:
         if self.state is None or self.done:
