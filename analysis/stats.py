@@ -20,8 +20,10 @@ rliable library):
   variance (every seed gains exactly the same) have no t statistic; they get the exact
   sign-flip permutation p-value ``2 / 2**n`` (and p = 1 when all are 0), without warnings.
 * "Not worse than the best" uses the same corrected test: within each stratum every group
-  is compared with the best mean (Holm over those comparisons); a group that cannot be
-  tested (fewer than MIN_PAIRED paired seeds) is **not** counted as not worse.
+  is compared with the best mean among the groups with at least MIN_PAIRED seeds (Holm over
+  those comparisons); a group that cannot be tested (fewer than MIN_PAIRED paired seeds) is
+  **not** counted as not worse and never defines the best, however high its mean (a 2-seed
+  mean is not evidence of a best). A stratum without such a group has no best.
 """
 
 from __future__ import annotations
@@ -203,8 +205,9 @@ def summarize(frame: pd.DataFrame, by: Sequence[str], metric: str, *,
     or ``"wilcoxon"`` chooses the p-value) and need MIN_PAIRED paired seeds. ``p_holm``
     corrects all baseline comparisons of the table as one family; ``significant`` = p_holm
     <= alpha. ``p_vs_best`` is the Holm-corrected p-value (within the stratum) of the test
-    against the stratum's best mean; ``not_worse_than_best`` marks the best and every group
-    with ``p_vs_best > alpha`` (a group that cannot be tested is not marked). ``ci`` names
+    against the stratum's best mean among groups with MIN_PAIRED or more seeds;
+    ``not_worse_than_best`` marks that best and every group with ``p_vs_best > alpha`` (a
+    group that cannot be tested is not marked and is never the best). ``ci`` names
     the interval (:data:`CI_METHODS`). Rows with a NaN metric are dropped.
     """
     compare = _check_summary_args(frame, by, metric, compare, pair_on, test)
@@ -339,9 +342,13 @@ def _vs_best(out, paired, by, strata, pick, alpha, higher_is_better):
     score = out["mean"] if higher_is_better else -out["mean"]
     groups = out.groupby([out[c] for c in strata], sort=False).groups if strata \
         else {(): out.index}
+    testable = out["n"] >= MIN_PAIRED
     for index in groups.values():
         idx = list(index)
-        best = score.loc[idx].idxmax()
+        ranked = [i for i in idx if testable.loc[i] and math.isfinite(score.loc[i])]
+        if not ranked:  # no group can be tested: none is called best
+            continue
+        best = score.loc[ranked].idxmax()
         best_key = tuple(out.loc[best, c] for c in by)
         raw = [math.nan if i == best else getattr(paired_test(
             paired[tuple(out.loc[i, c] for c in by)], paired[best_key], alpha=alpha), pick)
@@ -350,7 +357,7 @@ def _vs_best(out, paired, by, strata, pick, alpha, higher_is_better):
         for i, p in zip(idx, adjusted):
             pos = out.index.get_loc(i)
             p_best[pos] = p
-            top = math.isfinite(score.loc[i]) and score.loc[i] == score.loc[best]
+            top = bool(testable.loc[i]) and score.loc[i] == score.loc[best]
             flags[pos] = bool(i == best or top or (math.isfinite(p) and p > alpha))
     return p_best, flags
 

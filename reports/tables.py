@@ -8,9 +8,10 @@ caption:
   ``cell_format="ci"`` ``mean [low, high]`` (the 95% CI the caption names), in the column's
   display units (``scale`` x the metric: success rates in %), with the number of seeds n;
   fewer than FEW_SEEDS seeds is said in the caption;
-* **bold**: the best mean of the column within its section, and every row the summary marks
-  ``not_worse_than_best`` (its Holm-corrected paired test against the best does not reject
-  at alpha; a row that cannot be tested is not bold);
+* **bold**: the best mean of the column within its section among rows with MIN_PAIRED or
+  more seeds, and every row the summary marks ``not_worse_than_best`` (its Holm-corrected
+  paired test against that best does not reject at alpha); a row that cannot be tested is
+  not bold and does not define the best, so a table of 1-2 seeds per cell has nothing bold;
 * ``†`` / ``‡``: significantly better / worse than the baseline (paired by seed,
   Holm-corrected p <= alpha, the summary's ``significant``);
 * ``§`` on a row label: numbers reported elsewhere (e.g. a paper), merged from a CSV by
@@ -148,8 +149,9 @@ def significance_marker(significant: bool, diff: float, higher_is_better: bool =
 def bold_cells(table: Table) -> set[tuple[int, int, str]]:
     """(section index, row index, column key) of every bold cell.
 
-    Within a section and column: the best mean over our rows (ties all bold) and every row
-    whose cell is ``not_worse``. Reported rows are never bold and never define the best.
+    Within a section and column: the best mean over our rows with MIN_PAIRED or more seeds
+    (ties all bold) and every row whose cell is ``not_worse``. Rows with fewer seeds and
+    reported rows are never bold and never define the best.
     """
     out = set()
     if not table.bold:
@@ -158,7 +160,8 @@ def bold_cells(table: Table) -> set[tuple[int, int, str]]:
         for col in table.columns:
             ours = [(ri, r.cells[col.key]) for ri, r in enumerate(section.rows)
                     if not r.reported and col.key in r.cells
-                    and math.isfinite(r.cells[col.key].mean)]
+                    and math.isfinite(r.cells[col.key].mean)
+                    and r.cells[col.key].n >= MIN_PAIRED]
             if not ours:
                 continue
             sign = 1.0 if col.higher_is_better else -1.0
@@ -200,10 +203,10 @@ def caption(table: Table) -> str:
                      + (f" and tests need {MIN_PAIRED} or more paired seeds." if table.bold
                         else "."))
     if table.bold:
-        parts.append("Bold: best in its column within a section, and every row not "
-                     "significantly worse than it (paired test over seeds, Holm-corrected, "
-                     f"α = {table.alpha:g}; rows with fewer than {MIN_PAIRED} paired seeds are "
-                     "not tested and not bold).")
+        parts.append(f"Bold: best in its column within a section among rows with {MIN_PAIRED} "
+                     "or more seeds, and every row not significantly worse than it (paired "
+                     f"test over seeds, Holm-corrected, α = {table.alpha:g}); rows with fewer "
+                     f"than {MIN_PAIRED} paired seeds are not tested, not bold and not ranked.")
     if table.baseline is not None:
         parts.append(f"{BETTER} / {WORSE}: significantly better / worse than "
                      f"{table.baseline} (paired by seed, Holm-corrected p ≤ {table.alpha:g}; "

@@ -155,7 +155,8 @@ def test_summarize_columns_baseline_holm_and_best():
 def test_summarize_lower_is_better_and_single_seed():
     frame = pd.DataFrame({"method": ["a", "b"], "seed": [0, 0], "len": [3.0, 5.0]})
     out = summarize(frame, by=["method"], metric="len", baseline="a", higher_is_better=False)
-    assert out["not_worse_than_best"].tolist() == [True, False]  # one seed: untestable
+    # one seed: untestable, so neither row is called best
+    assert out["not_worse_than_best"].tolist() == [False, False]
     assert out["ci_low"].isna().all() and out["std"].isna().all()
     assert math.isnan(out.loc[1, "p_vs_baseline"]) and out.loc[1, "n_paired"] == 1
 
@@ -194,7 +195,21 @@ def test_summarize_untestable_rows_are_neither_marked_nor_not_worse():
                           "seed": [0, 1] * 3, "acc": [0.5, 0.6, 0.51, 0.61, 0.9, 0.7]})
     out = summarize(frame, by=["method"], metric="acc", baseline="grpo").set_index("method")
     assert not out["significant"].any() and out["p_vs_baseline"].isna().all()
-    assert out["not_worse_than_best"].to_dict() == {"big": True, "grpo": False, "rlsd": False}
+    # two seeds each: the highest mean ("big") is not called best on untestable evidence
+    assert out["not_worse_than_best"].to_dict() == {"big": False, "grpo": False, "rlsd": False}
+    assert out["p_vs_best"].isna().all()
+
+
+def test_the_best_is_chosen_among_rows_with_enough_seeds():
+    # "two" has the highest mean on 2 seeds (an interrupted run); the best is "a" (3 seeds),
+    # "b" is tested against "a", and "two" is neither best nor not-worse.
+    frame = pd.DataFrame({"method": ["a"] * 3 + ["b"] * 3 + ["two"] * 2,
+                          "seed": [0, 1, 2, 0, 1, 2, 0, 1],
+                          "acc": [0.60, 0.62, 0.64, 0.30, 0.33, 0.31, 0.95, 0.90]})
+    out = summarize(frame, by=["method"], metric="acc").set_index("method")
+    assert out["not_worse_than_best"].to_dict() == {"a": True, "b": False, "two": False}
+    assert math.isnan(out.at["a", "p_vs_best"]) and out.at["b", "p_vs_best"] < 0.05
+    assert math.isnan(out.at["two", "p_vs_best"])
 
 
 def test_summarize_not_worse_uses_the_holm_corrected_test_against_the_best():

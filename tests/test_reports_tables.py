@@ -22,6 +22,7 @@ from reports.tables import (
     Section,
     Table,
     bold_cells,
+    caption,
     merge_reported,
     read_reported,
     significance_marker,
@@ -70,13 +71,22 @@ def test_bold_is_best_and_not_worse_than_best(branches):
 
 def test_column_best_is_bold_even_without_the_flag():
     col = Column("x.y", "X", "Y")
-    rows = (Row(("a",), {"x.y": Cell(0.5)}), Row(("b",), {"x.y": Cell(0.7)}),
-            Row(("c",), {"x.y": Cell(0.7)}))
+    rows = (Row(("a",), {"x.y": Cell(0.5, n=3)}), Row(("b",), {"x.y": Cell(0.7, n=3)}),
+            Row(("c",), {"x.y": Cell(0.7, n=4)}), Row(("d",), {"x.y": Cell(0.9, n=2)}))
     table = Table("t", "T", ("Method",), (col,), (Section(None, rows),))
-    assert bold_cells(table) == {(0, 1, "x.y"), (0, 2, "x.y")}  # ties are all bold
+    # ties are all bold; the 2-seed row's higher mean is neither bold nor the best
+    assert bold_cells(table) == {(0, 1, "x.y"), (0, 2, "x.y")}
     lower = Table("t", "T", ("Method",), (Column("x.y", "X", "Y", higher_is_better=False),),
                   (Section(None, rows),))
     assert bold_cells(lower) == {(0, 0, "x.y")}
+
+
+def test_nothing_is_bold_when_no_row_has_enough_seeds():
+    col = Column("x.y", "X", "Y")
+    rows = (Row(("a",), {"x.y": Cell(0.5)}), Row(("b",), {"x.y": Cell(0.7, n=2)}))
+    table = Table("t", "T", ("Method",), (col,), (Section(None, rows),))
+    assert bold_cells(table) == set()
+    assert "not ranked" in caption(table)
 
 
 @pytest.mark.parametrize("significant, diff, higher, expected", [
