@@ -42,7 +42,7 @@ from mlflow.utils.file_utils import local_file_uri_to_path
 TRIAL_KIND = "trial"
 KIND_TAG = "hindsight.kind"
 # Identity tags copied to columns, in this order (``seed`` becomes an int).
-TAG_COLUMNS = ("study", "cell_id", "method", "env", "backbone", "seed")
+TAG_COLUMNS = ("study", "cell_id", "method", "env", "backbone", "seed", "method_writer")
 RUN_COLUMNS = ("run_id", "status", "experiment_id", *TAG_COLUMNS)
 LATEST_PREFIXES = ("eval/", "perf/")
 TIME_PREFIX = "time/"

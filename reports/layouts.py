@@ -56,12 +56,13 @@ from reports.envs import (
 from reports.tables import Cell, Column, Row, Section, Table, significance_marker
 
 SWEEP_PARAMS = ("algo.suffix_weight", "algo.beta_opd", "algo.lambda_opd")
-PARAM_SYMBOLS = {"algo.suffix_weight": "α", "algo.beta_opd": "β", "algo.lambda_opd": "λ"}
+PARAM_SYMBOLS = {"algo.suffix_weight": "α", "algo.beta_opd": "β", "algo.lambda_opd": "λ",
+                 "writer.kind": "writer"}
 SUMMARY_KEYS = ("env", "backbone", "variant")
 # Loader columns that identify a run rather than configure it, and config prefixes that
 # never define a cell (trainer.tracking.CELL_EXCLUDE).
 IDENTITY_COLUMNS = ("run_id", "status", "experiment_id", "study", "cell_id", "method", "env", "backbone", "seed",
-                    "algo.method", "env.name", "model.backbone")
+                    "algo.method", "env.name", "model.backbone", "method_writer")
 NON_CELL_PREFIXES = ("tracking.", "output.", "stages.warm_start.cache")
 DERIVED_COLUMNS = ("env_key", "env_label", "variant", "variant_params", "final_success")
 METHOD_LABELS = {
@@ -187,7 +188,9 @@ def add_variants(runs: pd.DataFrame, params: Sequence[str] | None = None) -> pd.
     the method's runs of some (env, backbone), in the order they come; ``variant`` is
     ``"method (sym=value, ...)"`` with values rounded to 3 significant digits, and two cells
     that still read the same get their cell id appended, so distinct configs never share a
-    row. ``variant_params`` is the tuple of (param, value) pairs in the label.
+    row. ``variant_params`` is the tuple of (param, value) pairs in the label. A run whose
+    ``writer.kind`` is not its method's own (tag ``method_writer``: the paper's setting) is
+    always labelled with its writer (``"etro (writer=frozen)"``).
     """
     out = runs.reset_index(drop=True)
     params = config_columns(out) if params is None else [p for p in params if p in out.columns]
@@ -202,8 +205,11 @@ def add_variants(runs: pd.DataFrame, params: Sequence[str] | None = None) -> pd.
     values = out[params].to_dict("list")
     swept_by = {m: [p for p, hit in zip(params, row) if hit]
                 for m, row in zip(swept_of.index, swept_of.to_numpy())}
+    own = _non_default_writer(out)
     for i, method in enumerate(variant):
         swept = swept_by.get(method, [])
+        if own[i] and "writer.kind" not in swept:
+            swept = [*swept, "writer.kind"]
         if swept:
             pairs[i] = tuple((p, values[p][i]) for p in swept)
             variant[i] = f"{method} ({', '.join(_param_text(p, v) for p, v in pairs[i])})"
@@ -439,6 +445,15 @@ def variant_label(method: str, variant: str, labels: Mapping[str, str] | None = 
     if "(" in name and rest.startswith("(") and rest.endswith(")"):
         return f"{name}, {rest[1:-1]}"
     return f"{name} {rest}"
+
+
+def _non_default_writer(runs: pd.DataFrame) -> list[bool]:
+    """Per row: its writer.kind is known and differs from its method's own writer."""
+    if "writer.kind" not in runs.columns or "method_writer" not in runs.columns:
+        return [False] * len(runs)
+    kind, own = runs["writer.kind"], runs["method_writer"]
+    return (kind.notna() & own.notna() & (own.astype(str) != "")
+            & (kind.astype(str) != own.astype(str))).tolist()
 
 
 def _short(param: str) -> str:

@@ -76,7 +76,7 @@ def study_store(study, uri: str, *, score=None, drop=(), fail=(), steps=(0, 1, 2
 
     from sweeps.study import expand
     from trainer.config import flatten, resolve
-    from trainer.tracking import KIND_TAG, experiment_id
+    from trainer.tracking import KIND_TAG, experiment_id, method_writer
 
     client = MlflowClient(uri)
     exp = experiment_id(client, study.experiment)
@@ -88,7 +88,8 @@ def study_store(study, uri: str, *, score=None, drop=(), fail=(), steps=(0, 1, 2
         cfg = trial.cfg
         tags = {"study": study.name, "cell_id": trial.cell_id, "method": cfg.algo.method,
                 "env": cfg.env.name, "backbone": cfg.model.backbone, "seed": str(trial.seed),
-                "git_sha": "test", KIND_TAG: "trial"}
+                "method_writer": method_writer(cfg.algo.method), "git_sha": "test",
+                KIND_TAG: "trial"}
         run = client.create_run(exp, tags=tags)
         rid = run.info.run_id
         params = [Param(k, str(v)[:6000]) for k, v in flatten(resolve(cfg)).items()]

@@ -77,7 +77,7 @@ EXACT = [
     ({"algo": {"std_mode": "pop"}}, "algo.std_mode: 'pop' is not one of unbiased, population, none"),
     ({"algo": {"std_mode": "unbiasd"}},
      "algo.std_mode: 'unbiasd' is not one of unbiased, population, none; did you mean 'unbiased'?"),
-    ({"writer": {"kind": "orcale"}}, ("writer.kind: 'orcale' is not one of self, oracle, external, "
+    ({"writer": {"kind": "orcale"}}, ("writer.kind: 'orcale' is not one of self, frozen, oracle, external, "
                                       "static, none; did you mean 'oracle'?")),
     ({"algo": 3}, "algo: expected a mapping of keys, got 3"),
     ({"model": {"tiny": {"hidden_sizee": 8}}},
@@ -235,9 +235,13 @@ def test_resolve_keeps_explicit_values_and_applies_pinned_refresh(fake_algos):
     ({"algo.method": "etro", "env.name": "alfworld"},
      ("writer.kind: 'oracle' needs a built-in env (household, shop, searchqa, sokoban, "
       "ezpoints), got env.name "
-      "'alfworld'; use writer.kind=self or external")),
+      "'alfworld'; use writer.kind=self, frozen or external")),
     ({"writer.kind": "external"},
      "writer.endpoint: required when writer.kind is 'external'"),
+    ({"algo.method": "etro", "writer.checkpoint": "/x"},
+     "writer.checkpoint: only the frozen writer reads it, but writer.kind is 'oracle'"),
+    ({"algo.method": "etro", "writer.kind": "frozen", "writer.checkpoint": "/no/such/model"},
+     "writer.checkpoint: '/no/such/model' is not a saved model folder"),
     ({"algo.method": "open"},
      "method 'open' gives no default for algo.lambda_opd; set it explicitly"),
     ({"algo.method": "nope"}, "algo.method: unknown method 'nope';"),

@@ -209,3 +209,19 @@ def test_env_registry_columns(env, level, split, group):
     table = LAYOUTS["etro_table1"].table(summarize_layout(runs, LAYOUTS["etro_table1"]))
     assert [(c.group, c.label) for c in table.columns] == [(group, "Succ.")]
     assert table.sections[0].rows[1].cells[table.columns[0].key].mean == pytest.approx(0.7)
+
+
+def test_rows_name_a_writer_that_is_not_the_methods_own():
+    """ETRO's own writer is the oracle; a run with the frozen writer says so in its row, a
+    run with the method's own writer (or without the tag, an older run) does not."""
+    runs = fake_runs({"grpo": 0.5, "etro": 0.8, "seed": 0.7}, envs=("household",),
+                     params={"grpo": {"writer.kind": "none", "method_writer": "none"},
+                             "etro": {"writer.kind": "frozen", "method_writer": "oracle"},
+                             "seed": {"writer.kind": "self", "method_writer": "self"}})
+    out = add_variants(runs)
+    assert set(out["variant"]) == {"grpo", "etro (writer=frozen)", "seed"}
+    table = LAYOUTS["etro_table1"].table(summarize_layout(runs, LAYOUTS["etro_table1"],
+                                                          n_boot=N_BOOT))
+    assert "ETRO (writer=frozen)" in {r.labels[0] for r in table.sections[0].rows}
+    assert set(add_variants(runs.drop(columns="method_writer"))["variant"]) == {
+        "grpo", "etro", "seed"}

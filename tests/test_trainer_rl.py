@@ -309,3 +309,50 @@ def test_resume_restores_the_reference_and_the_frozen_writer_bit_for_bit(base_ct
     for name, value in frozen_writer(ctx).state_dict().items():
         assert torch.equal(value, snapshot[name]), name
     assert not torch.equal(next(iter(snapshot.values())), next(iter(ctx.model.state_dict().values())))
+
+
+def _state(module) -> dict:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def test_frozen_writer_is_the_rl_initialisation_and_never_refreshes(base_ctx, restore):
+    """writer.kind=frozen (any method, here ETRO): the policy as it starts RL writes from the
+    trajectory alone, and neither an update nor a refresh call moves it."""
+    from trainer.context import frozen_writer
+
+    ctx = variant(base_ctx, "etro", "writer.kind=frozen")
+    assert ctx.writer.kind == "frozen" and ctx.cfg.writer.refresh_every == 0
+    init = _state(ctx.model)
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    assert len(batch.hindsights) == len(batch.trajectories)
+    rl.update(ctx, batch, 1, rl.PhaseTimer())
+    ctx.writer.on_update(1, ctx.model)
+    snapshot = frozen_writer(ctx)
+    assert snapshot is not ctx.model
+    moved = [k for k, v in ctx.model.state_dict().items() if not torch.equal(v, init[k])]
+    assert moved, "the update should move the policy"
+    for name, value in snapshot.state_dict().items():
+        assert torch.equal(value, init[name]), name
+
+
+def test_frozen_writer_loads_a_checkpoint_with_its_tokenizer(base_ctx, restore, tmp_path):
+    """writer.checkpoint: the writer writes with those saved weights (a run checkpoint's
+    model/ folder), not with the policy's."""
+    from trainer.context import frozen_writer
+
+    saved = _state(base_ctx.model)
+    (tmp_path / "step_000003").mkdir()
+    base_ctx.model.save_pretrained(tmp_path / "step_000003" / "model")
+    base_ctx.tokenizer.save_pretrained(tmp_path / "step_000003" / "model")
+    with torch.no_grad():
+        for p in base_ctx.model.parameters():
+            p.add_(0.01)
+    ctx = variant(base_ctx, "seed", "writer.kind=frozen",
+                  f"writer.checkpoint={tmp_path / 'step_000003'}")
+    snapshot = frozen_writer(ctx)
+    for name, value in snapshot.state_dict().items():
+        torch.testing.assert_close(value, saved[name], rtol=0, atol=0, msg=name)
+    assert ctx.writer.tokenizer is not ctx.tokenizer
+    assert ctx.writer.tokenizer("go to desk 1")["input_ids"] == \
+        ctx.tokenizer("go to desk 1")["input_ids"]
+    assert len(ctx.writer.write(rl.collect_batch(ctx, 1, rl.PhaseTimer()).trajectories)) > 0

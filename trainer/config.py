@@ -131,10 +131,16 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class WriterConfig:
-    # Who writes hindsight: self (the frozen policy), oracle (privileged, built-in envs),
-    # external (OpenAI-compatible endpoint), static (a fixed skill library), none.
-    # None = the method's default from the registry table.
-    kind: str | None = field(default=None, metadata=_choices("self", "oracle", "external", "static", "none"))
+    # Who writes hindsight: self (the policy, refreshed every refresh_every updates), frozen
+    # (a snapshot fixed for the whole run: the policy at RL start, after Stage 1, or
+    # writer.checkpoint; it reads the trajectory alone, like self), oracle (privileged state
+    # of a built-in env: true error turn and the expert's plan), external (OpenAI-compatible
+    # endpoint), static (a fixed skill library), none. None = the method's default.
+    kind: str | None = field(default=None, metadata=_choices(
+        "self", "frozen", "oracle", "external", "static", "none"))
+    # Frozen writer: a saved model folder (save_pretrained with its tokenizer, or a run's
+    # checkpoints/step_N) to write with; "" = the policy as it starts RL.
+    checkpoint: str = ""
     # Self writer: refresh the writer snapshot every k updates; 0 = never (stale ablation).
     refresh_every: int = field(default=1, metadata={"ge": 0})
     # Sampling temperature of the writer (self/frozen/external).
@@ -640,7 +646,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
       ``skill_sft`` (SEED Stage 1).
 
     A method that pins the writer refresh (spec ``writer_refresh`` not None, e.g. the stale
-    analyzer ``seed_stale`` = 0, never) overrides ``writer.refresh_every``.  Raises ConfigError for an
+    analyzer ``seed_stale`` = 0, never) overrides ``writer.refresh_every``, and so does the
+    frozen writer (0).  Raises ConfigError for an
     unknown method/env, an oracle writer on a non-built-in env, an external writer without
     endpoint, or a default the method table leaves open.
     """
@@ -665,6 +672,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
         fills["env.level"] = env_cls.levels[0]
     if spec.writer_refresh is not None:
         fills["writer.refresh_every"] = spec.writer_refresh
+    if (fills.get("writer.kind") or cfg.writer.kind) == "frozen":
+        fills["writer.refresh_every"] = 0  # a frozen writer is never refreshed: logged as such
     out = apply_overrides(cfg, fills)  # validates everything, resolve_algo's changes too
     open_keys = [k for k, v in flatten(out).items() if v is None]
     if open_keys:
@@ -703,10 +712,25 @@ def _check_writer(cfg: RunConfig) -> None:
     if cfg.writer.kind == "oracle" and cfg.env.name not in envs.BUILTIN:
         raise ConfigError(f"writer.kind: 'oracle' needs a built-in env "
                           f"({', '.join(envs.BUILTIN)}), got env.name {cfg.env.name!r}; "
-                          f"use writer.kind=self or external")
+                          f"use writer.kind=self, frozen or external")
+    if cfg.writer.checkpoint and cfg.writer.kind != "frozen":
+        raise ConfigError(f"writer.checkpoint: only the frozen writer reads it, but writer.kind "
+                          f"is {cfg.writer.kind!r}; set writer.kind=frozen or drop the checkpoint")
+    if cfg.writer.checkpoint and not model_folder(cfg.writer.checkpoint):
+        raise ConfigError(f"writer.checkpoint: {cfg.writer.checkpoint!r} is not a saved model "
+                          "folder (config.json from save_pretrained, or a run checkpoint "
+                          "step_N with model/)")
     if cfg.writer.kind == "external" and not cfg.writer.endpoint:
         raise ConfigError("writer.endpoint: required when writer.kind is 'external' "
                           "(an OpenAI-compatible base URL)")
+
+
+def model_folder(path: str) -> Path | None:
+    """The save_pretrained folder at ``path`` (or its ``model/``, a run checkpoint), else None."""
+    for folder in (Path(path), Path(path) / "model"):
+        if (folder / "config.json").is_file():
+            return folder
+    return None
 
 
 def _normalise(v: Any) -> Any:

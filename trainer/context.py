@@ -21,12 +21,13 @@ import envs
 from envs.base import Task, TextEnv, demo_policy, run_episode
 from trainer.algos import MethodSpec, get_method
 from trainer.backend import GenerationBackend, make_backend
-from trainer.config import RunConfig
+from trainer.config import RunConfig, model_folder
 from trainer.models import load_model, load_pretrained, resolve_device, resolve_dtype
 from trainer.samples import SampleBuilder, analyzer_prompt, analyzer_target
 from trainer.shapes import uses_local_tokenizer
 from trainer.writers import (
     ExternalWriter,
+    FrozenWriter,
     NoWriter,
     OracleWriter,
     PrivilegedContext,
@@ -98,8 +99,23 @@ def make_writer(ctx: Context, kind: str) -> Writer:
         "self": lambda: SelfWriter(
             ctx.model, ctx.tokenizer, lambda m: make_backend(cfg.model, m, ctx.tokenizer),
             ctx.prompt_env.domain_description(), cfg.writer, cfg.model.max_prompt_tokens),
+        "frozen": lambda: frozen_writer_from(ctx),
     }
     return builders[kind]()
+
+
+def frozen_writer_from(ctx: Context) -> FrozenWriter:
+    """The frozen writer: ``writer.checkpoint`` (its model and tokenizer) when set, else the
+    policy as it is now (start_rl calls this after the SFT stages)."""
+    cfg = ctx.cfg
+    model, tokenizer = None, ctx.tokenizer
+    if cfg.writer.checkpoint:
+        device = resolve_device(cfg.model.device)
+        model, tokenizer = load_pretrained(str(model_folder(cfg.writer.checkpoint)),
+                                           resolve_dtype(cfg.model.dtype, device), device)
+    return FrozenWriter(ctx.model, tokenizer, lambda m: make_backend(cfg.model, m, tokenizer),
+                        ctx.prompt_env.domain_description(), cfg.writer,
+                        cfg.model.max_prompt_tokens, model=model)
 
 
 def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:

@@ -199,6 +199,16 @@ def cell_id(cfg: RunConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def method_writer(method: str) -> str:
+    """The writer kind the method's table entry gives (``""`` for an unregistered name)."""
+    from trainer.algos import get_method
+
+    try:
+        return get_method(method).writer
+    except (KeyError, ValueError):
+        return ""
+
+
 def run_tags(cfg: RunConfig, kind: str = "trial") -> dict[str, str]:
     """The contract tags of a training run built from its config."""
     tags = {
@@ -208,6 +218,9 @@ def run_tags(cfg: RunConfig, kind: str = "trial") -> dict[str, str]:
         "env": cfg.env.name,
         "backbone": cfg.model.backbone,
         "seed": str(cfg.seed),
+        # the method's own writer (its paper's setting): reports name a run's writer where
+        # writer.kind differs from it
+        "method_writer": method_writer(cfg.algo.method),
         "git_sha": git_sha(),
         KIND_TAG: kind,
         CHECKPOINTS_TAG: str(Path(cfg.output.dir).expanduser().resolve() / "checkpoints"),

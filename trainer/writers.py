@@ -6,6 +6,10 @@ DESIGN.md, "Writers":
   (SEED's self-evolving analyzer).  ``refresh_every`` = 1 uses the policy as it was at
   rollout time (theta_old); k > 1 refreshes a frozen copy every k updates; 0 never does
   (the staleness ablations).
+* ``frozen``: a snapshot fixed for the whole run writes with the same analyzer prompt, from
+  the trajectory alone: the policy as it starts RL (after Stage 1) or a saved checkpoint
+  (``writer.checkpoint``, with its own tokenizer).  The non-privileged writer that SEED and
+  ETRO can share, so a comparison does not measure the writer's privilege.
 * ``oracle``: privileged state of a built-in environment (:mod:`envs.oracle`): correct
   skills and the ground-truth first unrecovered decisive error.
 * ``external``: an OpenAI-compatible chat endpoint (``vllm serve`` of a large model).
@@ -122,6 +126,26 @@ class SelfWriter:
         elif every > 1 and step % every == 0:
             self.snapshot.load_state_dict(policy.state_dict())
             self.backend.sync_weights(self.snapshot)
+
+
+class FrozenWriter(SelfWriter):
+    """A writer snapshot that never changes: ``policy`` frozen as it is now (the RL
+    initialisation), or ``model`` with its own ``tokenizer`` (a checkpoint) when given."""
+
+    kind = "frozen"
+
+    def __init__(self, policy, tokenizer, backend_factory, domain: str, cfg: WriterConfig,
+                 max_prompt_tokens: int, model=None):
+        self.tokenizer, self.domain, self.cfg = tokenizer, domain, cfg
+        self.max_prompt_tokens = max_prompt_tokens
+        self.snapshot = _frozen_copy(policy if model is None else model)
+        self.backend = backend_factory(self.snapshot)
+
+    def frozen(self):
+        return self.snapshot
+
+    def on_update(self, step: int, policy) -> None:
+        pass
 
 
 def _frozen_copy(model):

@@ -23,7 +23,7 @@ SKILL_CONTEXTS = ("positive", "negative", "privileged")
 trajectory's single hindsight skill), its Negative skill, and the privileged context
 (privileged task facts such as the oracle's plan; OPSD / RLSD)."""
 
-WRITER_KINDS = ("self", "oracle", "static", "none")
+WRITER_KINDS = ("self", "frozen", "oracle", "static", "none")
 LIBRARY_SOURCES = ("oracle", "self")
 """Who writes a static skill library: the privileged oracle from expert episodes, or the
 policy's own writer, once, at the RL initialisation (SEED Table 2: "skills generated once,
