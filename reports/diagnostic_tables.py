@@ -344,3 +344,42 @@ def family_spec() -> DiagnosticSpec:
         "family_breakdown", "Success by task family (SEED per-family table; %)",
         tuple(Column(f, "Family", f) for f in FAMILY_ORDER) + (Column("All", "", "All"),),
         "Last evaluation of the held-out panel; a family's rate is over its tasks.")
+
+
+# ---------------------------------------------------------------- recovery (ETRO Table 6)
+
+RECOVERY_COLUMNS = (
+    Column("success", "Recovery", "Success"),
+    Column("score", "Recovery", "Score"),
+    Column("wrong_branch", "Wrong", "Branch", higher_is_better=False),
+    Column("invalid_first", "Invalid", "first", higher_is_better=False),
+    Column("entropy", "Entropy", "(nats)", scale=1.0, decimals=2),
+)
+
+
+def recovery_table(summary: pd.DataFrame, split: str = "") -> Table:
+    """ETRO Table 6 from :func:`analysis.recovery.summarize_recovery`: one row per actor,
+    cells ``mean [95% CI]`` over tasks (each task's repeats averaged first)."""
+    rows = []
+    for label, part in summary.groupby("label", sort=False):
+        by = part.set_index("metric")
+        cells = {c.key: Cell(float(by.at[c.key, "mean"]), n=int(by.at[c.key, "n_tasks"]),
+                             ci_low=float(by.at[c.key, "ci_low"]),
+                             ci_high=float(by.at[c.key, "ci_high"]))
+                 for c in RECOVERY_COLUMNS if c.key in by.index}
+        rows.append(Row((str(label),), cells))
+    n_tasks = int(summary["n_tasks"].max()) if len(summary) else 0
+    reps = int((summary["n_continuations"] / summary["n_tasks"].clip(lower=1)).max()) \
+        if len(summary) else 0
+    where = f" of {split}" if split else ""
+    describe = (f"Cells: mean [95% CI] over {n_tasks} perturbed tasks{where} (Student t "
+                f"interval over tasks; each task's {reps} continuations averaged first). "
+                "Every actor continues from the same pre-registered, recoverable wrong action "
+                "on the expert's trajectory, without hindsight skills. Success and score: "
+                "the continuation's episode (%, score x 100); Wrong Branch: the first action "
+                "is valid but brings the state no closer to the goal; Invalid first: the "
+                "environment rejects it; Entropy: mean policy entropy over the first "
+                "response's tokens.")
+    return Table("recovery", "Post-error recovery (ETRO Table 6)", ("Actor",), RECOVERY_COLUMNS,
+                 (Section(None, tuple(rows)),), None, describe=describe, cell_format="ci",
+                 bold=False, ci_method="Student t interval over tasks")

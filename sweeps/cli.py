@@ -167,6 +167,24 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint folder to evaluate (default: the config's model)")
 
 
+def _recovery_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="run config YAML (env, model settings, eval temperature)")
+    _add_overrides(parser)
+    parser.add_argument("--actor", action="append", required=True, metavar="DIR",
+                        help="a checkpoint to test (a run's checkpoints/step_N or a saved "
+                             "model folder); repeatable, one table row each")
+    parser.add_argument("--label", action="append", default=None, metavar="NAME",
+                        help="row label of each --actor, in order (default: folder names)")
+    parser.add_argument("--split", default="eval_unseen",
+                        help="held-out panel the perturbed tasks come from (default eval_unseen)")
+    parser.add_argument("--tasks", type=int, default=20,
+                        help="perturbed tasks (default 20; 0 = every task that has one)")
+    parser.add_argument("--repeats", type=int, default=8,
+                        help="continuations per task and actor (default 8)")
+    parser.add_argument("--recovery-dir", default="recovery", metavar="DIR",
+                        help="folder for recovery.csv and the table (default ./recovery)")
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """Evaluate a checkpoint on the config's fixed evaluation panels; print the metrics."""
     cfg = _load_run(args.config, args.overrides)
@@ -260,6 +278,10 @@ COMMANDS: dict[str, tuple[AddArguments, Handler]] = {
     "methods": (_methods_args, methods_command),
     "train": (_train_args, train_command),
     "eval": (_eval_args, eval_command),
+    "recovery": (_recovery_args, _lazy(
+        "trainer.recovery", "recovery_command",
+        "ETRO's post-error recovery protocol (Table 6): checkpoints continue from the same "
+        "perturbed states.", "the recovery protocol")),
     "sweep": (_sweep_args, _lazy(
         "sweeps.runner", "sweep_command",
         "Launch or continue a study on Ray Tune (skips finished trials).", "sweeping")),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from envs.base import StepResult, Task, TextEnv, Turn, finish_episode, play_turn
 from trainer.backend import GenerationBackend
-from trainer.samples import SampleBuilder, Trajectory
+from trainer.samples import SampleBuilder, Trajectory, encode
 
 
 @dataclass(frozen=True)
@@ -53,21 +53,33 @@ def collect(
     sampling: Sampling,
     skills: Sequence[str | None] | None = None,
     seed: int | None = None,
+    forced: Sequence[Sequence[str]] | None = None,
 ) -> tuple[list[Trajectory], int]:
     """Play one episode per entry of ``tasks`` (repeat a task N times for a GRPO group).
 
     ``skills[i]`` (None = none) is spliced into episode i's actor context (Skill-GRPO,
     Skill-Prompt).  ``seed`` makes sampling reproducible: turn r uses ``seed + r``.
+    ``forced[i]``: response texts played first in episode i, as if the policy had written
+    them (their turns are part of the trajectory; the recovery protocol's perturbed start).
     Returns the trajectories in input order and the number of generated tokens.
     """
     skills = [None] * len(tasks) if skills is None else list(skills)
-    if len(skills) != len(tasks):
-        raise ValueError(f"{len(skills)} skills for {len(tasks)} tasks")
+    forced = [()] * len(tasks) if forced is None else list(forced)
+    if len(skills) != len(tasks) or len(forced) != len(tasks):
+        raise ValueError(f"{len(skills)} skills and {len(forced)} forced starts for {len(tasks)} tasks")
     live = []
-    for task, skill in zip(tasks, skills):
+    for task, skill, responses in zip(tasks, skills, forced):
         env = make_env()
         obs = env.reset(task)
-        live.append(_Live(env, task, skill, obs, obs, [], []))
+        ep = _Live(env, task, skill, obs, obs, [], [])
+        for response in responses:
+            if ep.done:
+                raise ValueError(f"the forced start of {task.id!r} ends the episode early")
+            turn, ep.last = play_turn(env, ep.observation, response)
+            ep.turns.append(turn)
+            ep.response_ids.append(encode(builder.tokenizer, response))
+            ep.observation = ep.last.observation
+        live.append(ep)
     generated, turn_index = 0, 0
     with backend.reuse_prefixes():
         while active := [ep for ep in live if not ep.done]:
