@@ -185,6 +185,24 @@ def _recovery_args(parser: argparse.ArgumentParser) -> None:
                         help="folder for recovery.csv and the table (default ./recovery)")
 
 
+def _diagnose_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", choices=["alignment"],
+                        help="alignment: ETRO's Fig. 1, regional alignment on a frozen actor")
+    parser.add_argument("config", help="run config YAML (env, model settings, batch)")
+    _add_overrides(parser)
+    parser.add_argument("--actor", required=True, metavar="DIR",
+                        help="the frozen actor (a run's checkpoints/step_N or a saved model "
+                             "folder), never updated")
+    parser.add_argument("--writer", default="", choices=["", "self", "frozen", "oracle",
+                                                         "external"],
+                        help="who writes the hindsight (default: the ETRO family's own)")
+    parser.add_argument("--steps", type=int, default=8,
+                        help="batches of the config's rollout size to collect (default 8)")
+    parser.add_argument("--diagnose-dir", default="diagnose", metavar="DIR",
+                        help="folder for the records, alignment.csv and the figure "
+                             "(default ./diagnose)")
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """Evaluate a checkpoint on the config's fixed evaluation panels; print the metrics."""
     cfg = _load_run(args.config, args.overrides)
@@ -278,6 +296,10 @@ COMMANDS: dict[str, tuple[AddArguments, Handler]] = {
     "methods": (_methods_args, methods_command),
     "train": (_train_args, train_command),
     "eval": (_eval_args, eval_command),
+    "diagnose": (_diagnose_args, _lazy(
+        "trainer.diagnose", "diagnose_command",
+        "Diagnostics on a frozen actor (alignment: ETRO's Fig. 1 regional alignment).",
+        "diagnostics")),
     "recovery": (_recovery_args, _lazy(
         "trainer.recovery", "recovery_command",
         "ETRO's post-error recovery protocol (Table 6): checkpoints continue from the same "
