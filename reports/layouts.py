@@ -67,7 +67,8 @@ NON_CELL_PREFIXES = ("tracking.", "output.", "stages.warm_start.cache")
 DERIVED_COLUMNS = ("env_key", "env_label", "variant", "variant_params", "final_success")
 METHOD_LABELS = {
     "grpo": "GRPO", "grpo_opsd": "GRPO+OPSD", "opsd": "OPSD", "skill_sd": "Skill-SD",
-    "rlsd": "RLSD", "sdar": "SDAR", "seed": "SEED", "etro": "ETRO",
+    "rlsd": "RLSD", "sdar": "SDAR", "gated_static": "Gated static skill", "seed": "SEED",
+    "etro": "ETRO",
     "seed_no_sft": "w/o skill SFT", "seed_no_self_evolving": "w/o self-evolving",
     "seed_stale": "stale analyzer",
     "seed_static": "static skill library", "seed_static_oracle": "static oracle library", "skill_grpo": "Skill-GRPO",
@@ -494,7 +495,7 @@ def alpha_table(layout: Layout, summary: pd.DataFrame) -> Table | Skipped:
 
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     Layout("etro_table1", "Results by backbone (ETRO Table 1; %, higher is better)",
-           ("grpo", "grpo_opsd", "skill_sd", "rlsd", "sdar", "seed", "etro"), "grpo",
+           ("grpo", "grpo_opsd", "skill_sd", "rlsd", "seed", "etro"), "grpo",
            ROLES, method_table),
     Layout("seed_ablation", "SEED ablation (SEED Table 2; %)",
            ("seed", "seed_no_sft", "seed_no_self_evolving", "seed_static"), "seed", HEADLINE,

@@ -167,12 +167,15 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint folder to evaluate (default: the config's model)")
 
 
+ACTOR_HELP = ("a trained actor, frozen (a run's checkpoints/step_N or a saved model folder); "
+              "recovery takes several, one table row each")
+
+
 def _recovery_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="run config YAML (env, model settings, eval temperature)")
     _add_overrides(parser)
     parser.add_argument("--actor", action="append", required=True, metavar="DIR",
-                        help="a checkpoint to test (a run's checkpoints/step_N or a saved "
-                             "model folder); repeatable, one table row each")
+                        help=ACTOR_HELP)
     parser.add_argument("--label", action="append", default=None, metavar="NAME",
                         help="row label of each --actor, in order (default: folder names)")
     parser.add_argument("--split", default="eval_unseen",
@@ -190,9 +193,7 @@ def _diagnose_args(parser: argparse.ArgumentParser) -> None:
                         help="alignment: ETRO's Fig. 1, regional alignment on a frozen actor")
     parser.add_argument("config", help="run config YAML (env, model settings, batch)")
     _add_overrides(parser)
-    parser.add_argument("--actor", required=True, metavar="DIR",
-                        help="the frozen actor (a run's checkpoints/step_N or a saved model "
-                             "folder), never updated")
+    parser.add_argument("--actor", required=True, metavar="DIR", help=ACTOR_HELP)
     parser.add_argument("--writer", default="", choices=["", "self", "frozen", "oracle",
                                                          "external"],
                         help="who writes the hindsight (default: the ETRO family's own)")

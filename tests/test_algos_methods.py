@@ -36,7 +36,7 @@ EXPECTED_NAMES = [
     "seed_stale",
     "seed_static",
     "seed_static_oracle",
-    "sdar",
+    "gated_static",
     "opsd",
     "grpo_opsd",
     "skill_sd",
@@ -186,7 +186,7 @@ def test_method_names_and_table():
     for name in EXPECTED_NAMES:
         spec = get_method(name)
         assert spec.paper and spec.summary
-        if name.startswith(("seed", "sdar")) and name != "seed_no_self_evolving":
+        if name.startswith(("seed", "gated")) and name != "seed_no_self_evolving":
             assert spec.lambda_opd == 0.01 and spec.opd_loss == "seed" and spec.teacher == "current"
         if name.startswith("etro"):
             assert spec.lambda_opd == 0.001 and spec.teacher == "old" and spec.opd_loss is None
@@ -318,3 +318,16 @@ def test_seed_no_self_evolving_resolves_to_stage1_then_plain_grpo():
     stale = resolve(apply_overrides(RunConfig(), {"algo.method": "seed_stale"}))
     assert stale.stages.skill_sft.enabled is True and stale.writer.refresh_every == 0
     assert (stale.algo.lambda_opd, stale.writer.kind) == (0.01, "self")
+
+
+def test_sdar_is_not_passed_off_as_reproduced():
+    """SDAR's student-uncertainty term is not defined by the papers followed here: the name
+    is refused with the reason and the alternative, in the registry and in a config."""
+    from trainer.config import ConfigError, RunConfig, apply_overrides, resolve
+
+    with pytest.raises(ValueError, match="'sdar' was removed: SDAR's gate depends on the "
+                                         "student's uncertainty.*'gated_static'"):
+        get_method("sdar")
+    with pytest.raises(ConfigError, match="algo.method: 'sdar' was removed"):
+        resolve(apply_overrides(RunConfig(), {"algo.method": "sdar"}))
+    assert "sdar" not in METHODS and get_method("gated_static").writer == "static"

@@ -600,7 +600,11 @@ def check_registered(cfg: RunConfig) -> None:
     ``env.name`` in ``envs.names()``; the error lists the valid names with a suggestion."""
     import envs
 
-    methods = importlib.import_module("trainer.algos").method_names()
+    algos = importlib.import_module("trainer.algos")
+    methods = algos.method_names()
+    removed = getattr(algos, "REMOVED_METHODS", {})
+    if cfg.algo.method in removed:
+        raise ConfigError(f"algo.method: {removed[cfg.algo.method]}")
     if cfg.algo.method not in methods:
         raise unknown_name_error("algo.method", "method", cfg.algo.method, methods)
     if cfg.env.name not in envs.names():

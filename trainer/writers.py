@@ -14,7 +14,7 @@ DESIGN.md, "Writers":
   skills and the ground-truth first unrecovered decisive error.
 * ``external``: an OpenAI-compatible chat endpoint (``vllm serve`` of a large model).
 * ``static``: a fixed skill library, retrieved by task-instruction overlap (Skill-SD,
-  Skill-GRPO, SDAR, SEED's static-library ablation).
+  Skill-GRPO, gated_static, SEED's static-library ablation).
 * ``none``: methods without hindsight.
 
 Malformed output is never used silently: it comes back with ``valid=False`` and is counted

@@ -19,6 +19,7 @@ from .inputs import CreditInputs, LossInputs
 from .masked import LOSS_AGGS, aggregate, masked_mean, masked_std
 from .methods import (
     METHODS,
+    REMOVED_METHODS,
     SKILL_CONTEXTS,
     TEACHERS,
     WRITER_KINDS,
@@ -49,6 +50,7 @@ __all__ = [
     "STD_MODES",
     "TEACHERS",
     "WRITER_KINDS",
+    "REMOVED_METHODS",
     "CreditInputs",
     "LossInputs",
     "MethodSpec",
