@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.algos import opsd_loss, seed_gate, seed_opd_loss
+from trainer.algos import opsd_loss, opsd_topk_loss, seed_gate, seed_opd_loss
 
 F64 = torch.float64
 
@@ -125,8 +125,8 @@ def test_opd_mask_excludes_rows_but_keeps_them_in_the_denominator():
 
 @pytest.mark.parametrize("method", ["seed", "grpo_opsd"])
 def test_opd_loss_follows_loss_agg_with_non_opd_tokens_in_the_denominator(method):
-    """The OPD term is aggregated by algo.loss_agg like the policy loss (SDAR follows the
-    actor's aggregation), not always by token-mean."""
+    """The OPD term is aggregated by algo.loss_agg like the policy loss, not always by
+    token-mean (OPSD here on its sampled-token path, opsd_top_k = 0)."""
     from trainer.algos import LossInputs, get_method, policy_loss
     from trainer.config import AlgoConfig
 
@@ -139,7 +139,8 @@ def test_opd_loss_follows_loss_agg_with_non_opd_tokens_in_the_denominator(method
     spec = get_method(method)
     got = {}
     for agg in ("token-mean", "seq-mean-token-mean"):
-        _, metrics = policy_loss(spec, inputs, AlgoConfig(method=method, loss_agg=agg, kl_coef=0.0))
+        _, metrics = policy_loss(spec, inputs, AlgoConfig(method=method, loss_agg=agg, kl_coef=0.0,
+                                                          opsd_top_k=0))
         got[agg] = metrics["loss/opd"]
     # per-token OPD values on opd tokens, 0 on the others
     delta = (teacher - logp).detach()
@@ -147,3 +148,45 @@ def test_opd_loss_follows_loss_agg_with_non_opd_tokens_in_the_denominator(method
     per = torch.where(opd_mask, per, torch.zeros_like(per))
     assert got["token-mean"] == pytest.approx(per[mask].sum().item() / 4)
     assert got["seq-mean-token-mean"] == pytest.approx((per[0].sum().item() / 3 + per[1, 0].item()) / 2)
+
+
+def test_opsd_topk_loss_is_the_exact_reverse_kl_on_the_teacher_support():
+    """Renormalised over the teacher's k ids, the loss is sum q_S (log q_S - log q_T); with
+    the whole vocabulary as support it is the full reverse KL, and the teacher gets no
+    gradient."""
+    g = torch.Generator().manual_seed(0)
+    student_logits = torch.randn(2, 3, 6, generator=g, dtype=F64, requires_grad=True)
+    teacher_logits = torch.randn(2, 3, 6, generator=g, dtype=F64, requires_grad=True)
+    ls, lt = torch.log_softmax(student_logits, -1), torch.log_softmax(teacher_logits, -1)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    loss, metrics = opsd_topk_loss(ls, lt, mask)
+    full = (ls.exp() * (ls - lt)).sum(-1)  # the reverse KL over all 6 tokens
+    assert loss.item() == pytest.approx(full[mask].mean().item())
+    assert metrics["topk_mass"] == pytest.approx(1.0) and metrics["reverse_kl"] > 0
+    loss.backward()
+    assert teacher_logits.grad is None or not teacher_logits.grad.any()
+    assert student_logits.grad[0, 0].abs().sum() > 0 and not student_logits.grad[1, 2].any()
+    # a top-2 support renormalises both distributions over those 2 ids
+    top, ids = lt.detach().topk(2, dim=-1)
+    part, m2 = opsd_topk_loss(ls.detach().gather(-1, ids), top, mask)
+    qs = torch.log_softmax(ls.detach().gather(-1, ids), -1)
+    qt = torch.log_softmax(top, -1)
+    assert part.item() == pytest.approx((qs.exp() * (qs - qt)).sum(-1)[mask].mean().item())
+    assert m2["topk_mass"] == pytest.approx(top.exp().sum(-1)[mask].mean().item())
+    same, _ = opsd_topk_loss(top, top, mask)
+    assert same.item() == pytest.approx(0.0, abs=1e-12)
+
+
+def test_opsd_with_topk_needs_the_topk_inputs():
+    from trainer.algos import LossInputs, get_method, policy_loss
+    from trainer.config import AlgoConfig
+
+    logp = torch.zeros(1, 2, requires_grad=True)
+    inputs = LossInputs(logp=logp, logp_old=logp.detach(), advantages=torch.zeros(1, 2),
+                        mask=torch.ones(1, 2), logp_teacher=torch.zeros(1, 2))
+    with pytest.raises(ValueError, match="opsd_top_k > 0 needs LossInputs.topk_logp"):
+        policy_loss(get_method("opsd"), inputs, AlgoConfig(method="opsd", kl_coef=0.0))
+    with pytest.raises(ValueError, match=r"topk_logp has shape \(1, 3, 4\); expected \[1, 2, k\]"):
+        LossInputs(logp=logp, logp_old=logp.detach(), advantages=torch.zeros(1, 2),
+                   mask=torch.ones(1, 2), topk_logp=torch.zeros(1, 3, 4),
+                   topk_logp_teacher=torch.zeros(1, 3, 4))

@@ -250,6 +250,8 @@ def relevant_algo_fields(method: str) -> set[str]:
             use = spec.credit == "rlsd"
         elif name == "beta_opd":
             use = spec.opd_loss == "seed"
+        elif name == "opsd_top_k":
+            use = spec.opd_loss == "opsd"
         elif name in ("lambda_opd", "teacher"):
             use = bool(spec.skills) and (spec.opd_loss is not None or spec.credit != "rlsd")
         elif name in ("std_mode", "adv_eps"):
@@ -356,3 +358,27 @@ def test_frozen_writer_loads_a_checkpoint_with_its_tokenizer(base_ctx, restore, 
     assert ctx.writer.tokenizer("go to desk 1")["input_ids"] == \
         ctx.tokenizer("go to desk 1")["input_ids"]
     assert len(ctx.writer.write(rl.collect_batch(ctx, 1, rl.PhaseTimer()).trajectories)) > 0
+
+
+def test_opsd_matches_distributions_on_the_teachers_topk(base_ctx, restore, monkeypatch):
+    """GRPO+OPSD (opsd_top_k = 20 by default) hands the loss the teacher's top-20 support and
+    the student's log-probs of the same ids; opsd_top_k = 0 keeps the sampled-token path; an
+    old teacher cannot match distributions (the config says so)."""
+    from trainer.config import ConfigError
+
+    seen = capture_losses(monkeypatch)
+    ctx = variant(base_ctx, "grpo_opsd", "writer.kind=oracle")
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    metrics, _ = rl.update(ctx, batch, 1, rl.PhaseTimer())
+    inputs = seen[0]
+    assert inputs.topk_logp.shape == (*inputs.mask.shape, 20) and inputs.topk_logp.requires_grad
+    mask = inputs.mask.bool()
+    top = inputs.topk_logp_teacher[mask]
+    assert (top[:, :-1] >= top[:, 1:]).all()  # the teacher's own most likely ids, sorted
+    assert 0 < metrics["opd/topk_mass"] <= 1 and metrics["opd/reverse_kl"] >= 0
+    seen.clear()
+    ctx = variant(base_ctx, "grpo_opsd", "writer.kind=oracle", "algo.opsd_top_k=0")
+    metrics, _ = rl.update(ctx, rl.collect_batch(ctx, 1, rl.PhaseTimer()), 1, rl.PhaseTimer())
+    assert seen[0].topk_logp is None and "opd/topk_mass" not in metrics
+    with pytest.raises(ConfigError, match="algo.opsd_top_k: distribution matching"):
+        resolve(load_config(MICRO, ["algo.method=grpo_opsd", "algo.teacher=old"]))

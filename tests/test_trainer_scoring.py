@@ -191,3 +191,31 @@ def test_scoring_rejects_bad_inputs(tokenizer, model):
     ok = TokenSequence((1, 2, 3), (0, 1, 1), (-1, 0, 0), traj=2)
     with pytest.raises(ValueError, match=r"traj=2, outside \[0, 1\)"):
         collate_actions([ok], torch.zeros(1, 3), None, 1)
+
+
+@pytest.mark.parametrize("context", ["window", "full"])
+def test_topk_support_round_trips_between_teacher_and_student(tokenizer, model, context):
+    """A teacher pass returns the k most likely ids per action token with their log-probs
+    (as a direct log_softmax gives them); a student pass on that support returns the
+    student's log-probs of exactly those ids, through any sequence layout."""
+    builder = SampleBuilder(tokenizer, FakeEnv(), context, history_window=1)
+    trajs = [make_traj(tokenizer, n, seed=n) for n in (3, 1, 2)]
+    teacher, seqs = score_trajectories(model, builder, trajs, [SKILL] * 3, top_k=5)
+    assert teacher.topk_ids.shape == (*teacher.mask.shape, 5)
+    mask = teacher.mask.bool()
+    # the sampled token's log-prob is at most the top-1 and the top-k are sorted
+    assert (teacher.topk_logp[..., 0][mask] >= teacher.logp[mask] - 1e-6).all()
+    assert (teacher.topk_logp[..., :-1] >= teacher.topk_logp[..., 1:])[mask].all()
+    support = teacher.topk_ids.clone()
+    support[..., 0] = teacher.token_ids  # the sampled token first: its log-prob is known
+    student, _ = score_trajectories(model, builder, trajs, None, support=support, grad=True)
+    assert student.topk_ids is None and student.topk_logp.requires_grad
+    torch.testing.assert_close(student.topk_logp[..., 0][mask].detach(), student.logp[mask].detach())
+    assert not student.topk_logp[~mask].any()
+    if context == "full":  # one sequence per trajectory: compare with a direct log_softmax
+        seq = builder.build(trajs[0])[0]
+        with torch.no_grad():
+            full = torch.log_softmax(model(input_ids=torch.tensor([seq.input_ids])).logits[0].float(), -1)
+        positions = [j for j, m in enumerate(seq.action_mask) if m]
+        for col, j in enumerate(positions):
+            torch.testing.assert_close(student.topk_logp[0, col].detach(), full[j - 1, support[0, col]])

@@ -181,6 +181,11 @@ class AlgoConfig:
     suffix_weight: float = field(default=0.0, metadata={"ge": 0.0})
     # Which skill's Delta the suffix uses when suffix_weight > 0.
     suffix_skill: str = field(default="positive", metadata=_choices("positive", "negative"))
+    # Ungated OPSD loss (OPSD, GRPO+OPSD, Skill-SD): k > 0 matches distributions, the reverse
+    # KL between student and teacher over the teacher's k most likely tokens at every action
+    # position (both renormalised there; opd/topk_mass logs the teacher mass kept); 0 = the
+    # sampled-token estimate of that KL.
+    opsd_top_k: int = field(default=20, metadata={"ge": 0})
     # Teacher log-probs: old (frozen policy, once) or current (live policy, per minibatch).
     teacher: str | None = field(default=None, metadata=_choices("old", "current"))
     # PPO ratio clip epsilon.
@@ -697,6 +702,10 @@ def _check_teacher(cfg: RunConfig, spec) -> None:
         raise ConfigError(f"algo.teacher: 'current' needs a method whose OPD is a loss term; "
                           f"{spec.name} puts Delta into advantages computed before the update, "
                           f"so its teacher is 'old' (set algo.teacher=old or leave it null)")
+    if cfg.algo.teacher == "old" and spec.opd_loss == "opsd" and cfg.algo.opsd_top_k > 0:
+        raise ConfigError(f"algo.opsd_top_k: distribution matching scores the teacher's top-k "
+                          f"inside the update, so {spec.name} needs algo.teacher=current; set "
+                          f"algo.opsd_top_k=0 (the sampled-token estimate) to use the old teacher")
 
 
 def _check_backbone(cfg: RunConfig) -> None:

@@ -156,14 +156,21 @@ def _teacher_logp(ctx: Context, model, batch: StepBatch, context: str, student_s
     sequences of the same rows, already built by the scoring pass; the teacher must score
     identical action tokens (asserted), in the student's context (rollout skill and history
     truncation) with the context's text added."""
+    return _teacher_scores(ctx, model, batch, context, student_seq, rows).logp
+
+
+def _teacher_scores(ctx: Context, model, batch: StepBatch, context: str, student_seq, rows=None,
+                    top_k: int = 0) -> ActionBatch:
+    """:func:`_teacher_logp` as the whole :class:`ActionBatch`; ``top_k`` adds the teacher's
+    k most likely ids and their log-probs per action token (OPSD's distribution matching)."""
     rows = list(range(len(batch.trajectories))) if rows is None else rows
     added = _added_texts(ctx, context, batch)
     student = batch.rollout_skills or [None] * len(batch.trajectories)
     teacher, teacher_seq = score_trajectories(
         model, ctx.builder, [batch.trajectories[i] for i in rows], [student[i] for i in rows],
-        micro_batch=16, added_skills=[added[i] for i in rows])
+        micro_batch=16, added_skills=[added[i] for i in rows], with_entropy=False, top_k=top_k)
     assert_same_actions(student_seq, teacher_seq)
-    return teacher.logp
+    return teacher
 
 
 def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
@@ -248,7 +255,15 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
     cfg, spec = ctx.cfg, ctx.spec
     trajs = [batch.trajectories[i] for i in rows]
     skills = None if batch.rollout_skills is None else [batch.rollout_skills[i] for i in rows]
-    cur, cur_seq = _score(ctx, ctx.model, trajs, skills, grad=True)
+    top_k = cfg.algo.opsd_top_k if spec.opd_loss == "opsd" else 0
+    support = None
+    if top_k:  # the teacher's support first: the student is scored on it in the same pass
+        with timer("teacher"):
+            support = _teacher_scores(ctx, ctx.model, batch, spec.skills[0],
+                                      ctx.builder.build_batch(trajs, skills), rows, top_k)
+    cur, cur_seq = score_trajectories(ctx.model, ctx.builder, trajs, skills, micro_batch=16, grad=True,
+                                      with_entropy=False,
+                                      support=None if support is None else support.topk_ids)
     width = cur.logp.shape[1]
     index = torch.tensor(rows, device=cur.logp.device)
     take = lambda x: None if x is None else x[index, :width]
@@ -257,15 +272,20 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
         primary = spec.skills[0]
         opd_mask = take(batch.old.mask * batch.opd_rows[primary][:, None])
         if teacher_mode(ctx) == "current":
-            with timer("teacher"):
-                teacher = _teacher_logp(ctx, ctx.model, batch, primary, cur_seq, rows)[:, :width]
+            if support is not None:
+                teacher = support.logp[:, :width]
+            else:
+                with timer("teacher"):
+                    teacher = _teacher_logp(ctx, ctx.model, batch, primary, cur_seq, rows)[:, :width]
             if record:
                 _record_delta(batch, primary, index, torch.where(opd_mask.bool(), teacher - cur.logp.detach(), 0.0))
         else:
             teacher = take(batch.teacher[primary])
     inputs = LossInputs(logp=cur.logp, logp_old=take(batch.old.logp), advantages=take(batch.advantages),
                         mask=take(batch.old.mask), logp_ref=take(batch.logp_ref), logp_teacher=teacher,
-                        opd_mask=opd_mask)
+                        opd_mask=opd_mask,
+                        topk_logp=None if support is None else cur.topk_logp[:, :width],
+                        topk_logp_teacher=None if support is None else support.topk_logp[:, :width])
     loss, metrics = policy_loss(spec, inputs, cfg.algo)
     if not torch.isfinite(loss):
         ctx.optimizer.zero_grad(set_to_none=True)

@@ -38,6 +38,10 @@ class ActionBatch:
     entropy: torch.Tensor | None
     mask: torch.Tensor
     turn_ids: torch.Tensor
+    # [B, T, k] with a TopK request: log-probs of the top-k ids (teacher) or of the given
+    # support (student), and the ids (teacher only)
+    topk_logp: torch.Tensor | None = None
+    topk_ids: torch.Tensor | None = None
 
 
 def _right_pad(
@@ -58,41 +62,75 @@ def _right_pad(
     return ids.to(device), attn.to(device), act.to(device)
 
 
+@dataclass(frozen=True)
+class TopK:
+    """What a scoring pass returns about whole next-token distributions.
+
+    ``k`` > 0: the ids [.., k] and log-probs of the k most likely tokens at every scored
+    position (a teacher's support); ``ids`` given instead: the log-probs of those ids (a
+    student evaluated on the teacher's support, with gradient)."""
+
+    k: int = 0
+    ids: torch.Tensor | None = None  # [N, L, k] per sequence position (gather mode)
+
+
 def _score_micro_batch(
-    model: PreTrainedModel, batch: Sequence[TokenSequence], with_entropy: bool, head_chunk: int
+    model: PreTrainedModel, batch: Sequence[TokenSequence], with_entropy: bool, head_chunk: int,
+    topk: TopK | None = None, rows: Sequence[int] = (),
 ):
-    """logp, entropy [n, L] for one right-padded micro-batch (zeros off the action mask)."""
+    """logp, entropy [n, L] for one right-padded micro-batch (zeros off the action mask), and
+    with ``topk`` the [n, L, k] (log-probs, ids) it asks for (ids None in gather mode).
+    ``rows``: the micro-batch's rows of ``topk.ids``."""
     ids, attn, act = _right_pad(batch, model.device)  # [n, L] each
     # use_cache=False: a scoring pass never decodes further, so no KV cache is filled.
     hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [n, L, H]
     where = act[:, 1:].bool()  # [n, L-1]: hidden state j predicts token j+1
     states, targets = hidden[:, :-1][where], ids[:, 1:][where]  # [K, H], [K]
+    support = None
+    if topk is not None and topk.ids is not None:
+        support = topk.ids[list(rows), 1:ids.shape[1]].to(ids.device)[where]  # [K, k]
     parts = [
-        _head_logprobs(model, states[i : i + head_chunk], targets[i : i + head_chunk], with_entropy)
+        _head_logprobs(model, states[i : i + head_chunk], targets[i : i + head_chunk], with_entropy,
+                       topk.k if topk is not None else 0,
+                       None if support is None else support[i : i + head_chunk])
         for i in range(0, max(len(targets), 1), head_chunk)
     ]  # one (empty) chunk if K = 0
     token_logp = torch.cat([p[0] for p in parts])  # [K]
     entropy = _scatter(where, torch.cat([p[1] for p in parts])) if with_entropy else None  # [n, L]
-    return _scatter(where, token_logp), entropy
+    extra = None
+    if topk is not None:
+        extra = (_scatter(where, torch.cat([p[2] for p in parts])),
+                 None if support is not None else _scatter(where, torch.cat([p[3] for p in parts])))
+    return _scatter(where, token_logp), entropy, extra
 
 
 def _head_logprobs(
-    model: PreTrainedModel, states: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+    model: PreTrainedModel, states: torch.Tensor, targets: torch.Tensor, with_entropy: bool,
+    top_k: int = 0, support: torch.Tensor | None = None,
 ):
     """LM head + float32 log_softmax on scored positions: states [k, H], targets [k] ->
-    (log pi(target) [k], entropy [k] or None)."""
+    (log pi(target) [k], entropy [k] or None, then with ``support`` [k, K] the log-probs of
+    those ids [k, K], or with ``top_k`` the top-k log-probs and ids [k, top_k])."""
     logprobs = torch.log_softmax(model.get_output_embeddings()(states).float(), dim=-1)  # [k, V]
     token_logp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [k]
-    return token_logp, (-(logprobs.exp() * logprobs).sum(-1) if with_entropy else None)
+    entropy = -(logprobs.exp() * logprobs).sum(-1) if with_entropy else None
+    if support is not None:
+        return token_logp, entropy, logprobs.gather(-1, support), None
+    if top_k:
+        values, index = logprobs.topk(min(top_k, logprobs.shape[-1]), dim=-1)
+        return token_logp, entropy, values, index
+    return token_logp, entropy
 
 
 def _scatter(where: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """Place ``values`` [K] at the True entries of ``where`` [n, L-1]; return [n, L] with a
-    leading zero column (token 0 is never scored).  Differentiable in ``values``."""
-    dense = torch.zeros(where.shape, dtype=values.dtype, device=values.device).masked_scatter(
-        where, values
-    )
-    return torch.nn.functional.pad(dense, (1, 0))
+    """Place ``values`` [K] (or [K, k]) at the True entries of ``where`` [n, L-1]; return
+    [n, L] (or [n, L, k]) with a leading zero column (token 0 is never scored).
+    Differentiable in ``values``."""
+    tail = tuple(values.shape[1:])
+    dense = torch.zeros((*where.shape, *tail), dtype=values.dtype, device=values.device)
+    dense = dense.masked_scatter(where.view(*where.shape, *([1] * len(tail))).expand_as(dense),
+                                 values)
+    return torch.nn.functional.pad(dense, (0, 0) * len(tail) + (1, 0))
 
 
 def sequence_logprobs(
@@ -103,8 +141,10 @@ def sequence_logprobs(
     grad: bool = False,
     with_entropy: bool = True,
     head_chunk: int = 4096,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs and entropies of the scored tokens of ``batch``.
+    topk: TopK | None = None,
+):
+    """Log-probs and entropies of the scored tokens of ``batch``; with ``topk`` a third
+    item, ``(log-probs [N, L, k], ids [N, L, k] or None)`` (see :class:`TopK`).
 
     Returns ``(logp [N, L], entropy [N, L] or None)`` in float32, L = the longest sequence,
     zeros off each sequence's ``action_mask``.  Sequences are grouped by length into
@@ -122,20 +162,29 @@ def sequence_logprobs(
     width = max(len(s) for s in batch)
     order = sorted(range(len(batch)), key=lambda i: -len(batch[i]))
     logps, ents = [None] * len(batch), [None] * len(batch)
+    tops, top_ids = [None] * len(batch), [None] * len(batch)
     with contextlib.nullcontext() if grad else torch.no_grad():
         for start in range(0, len(order), micro_batch):
             rows = order[start : start + micro_batch]
-            logp, ent = _score_micro_batch(
-                model, [batch[i] for i in rows], with_entropy, head_chunk
+            logp, ent, extra = _score_micro_batch(
+                model, [batch[i] for i in rows], with_entropy, head_chunk, topk, rows
             )
             for k, i in enumerate(rows):
                 logps[i] = _pad_to(logp[k], width)
                 ents[i] = _pad_to(ent[k], width) if with_entropy else None
-    return torch.stack(logps), (torch.stack(ents) if with_entropy else None)  # [N, L]
+                if extra is not None:
+                    tops[i] = _pad_to(extra[0][k], width)
+                    top_ids[i] = None if extra[1] is None else _pad_to(extra[1][k], width)
+    out = torch.stack(logps), (torch.stack(ents) if with_entropy else None)  # [N, L]
+    if topk is None:
+        return out
+    ids = None if top_ids[0] is None else torch.stack(top_ids)
+    return (*out, (torch.stack(tops), ids))  # [N, L, k]
 
 
 def _pad_to(row: torch.Tensor, width: int) -> torch.Tensor:
-    return torch.nn.functional.pad(row, (0, width - row.shape[0]))
+    """Right-pad dimension 0 of ``row`` ([L] or [L, k]) with zeros to ``width``."""
+    return torch.nn.functional.pad(row, (0, 0) * (row.dim() - 1) + (0, width - row.shape[0]))
 
 
 def collate_actions(
@@ -143,6 +192,7 @@ def collate_actions(
     logp: torch.Tensor,
     entropy: torch.Tensor | None,
     num_traj: int,
+    topk: tuple[torch.Tensor, torch.Tensor | None] | None = None,
 ) -> ActionBatch:
     """Gather the scored tokens of each trajectory (``seq.traj``) in turn order.
 
@@ -155,11 +205,30 @@ def collate_actions(
     mask = (turns >= 0).float().to(device)  # [B, T]
     seq_idx, pos_idx = seq_idx.to(device), pos_idx.to(device)
 
-    def gather(values: torch.Tensor) -> torch.Tensor:  # [N, L] -> [B, T]
-        return values[seq_idx, pos_idx] * mask
+    def gather(values: torch.Tensor) -> torch.Tensor:  # [N, L(, k)] -> [B, T(, k)]
+        picked = values[seq_idx, pos_idx]
+        return picked * mask.view(*mask.shape, *([1] * (picked.dim() - 2))).to(picked.dtype)
 
     entropy_bt = None if entropy is None else gather(entropy)
-    return ActionBatch(token_ids.to(device), gather(logp), entropy_bt, mask, turns.to(device))
+    top_logp = top_ids = None
+    if topk is not None:
+        top_logp = gather(topk[0])
+        top_ids = None if topk[1] is None else gather(topk[1])
+    return ActionBatch(token_ids.to(device), gather(logp), entropy_bt, mask, turns.to(device),
+                       top_logp, top_ids)
+
+
+def to_sequence_layout(values: torch.Tensor, batch: Sequence[TokenSequence],
+                       num_traj: int) -> torch.Tensor:
+    """The inverse of :func:`collate_actions` for ids: [B, T, k] per trajectory action token
+    -> [N, L, k] per sequence position (zeros elsewhere), for ``batch``'s sequences."""
+    seq_idx, pos_idx, turns, _ = _action_index(batch, num_traj)
+    width = min(values.shape[1], turns.shape[1])
+    keep = turns[:, :width] >= 0
+    dense = torch.zeros((len(batch), max(len(s) for s in batch), values.shape[-1]),
+                        dtype=values.dtype)
+    dense[seq_idx[:, :width][keep], pos_idx[:, :width][keep]] = values[:, :width].cpu()[keep]
+    return dense
 
 
 def _action_index(batch: Sequence[TokenSequence], num_traj: int):
@@ -193,17 +262,29 @@ def score_trajectories(
     grad: bool = False,
     with_entropy: bool = True,
     added_skills: Sequence[str | None] | None = None,
+    top_k: int = 0,
+    support: torch.Tensor | None = None,
 ) -> tuple[ActionBatch, list[TokenSequence]]:
     """Build (with ``skills`` spliced in, None = student context), score and collate.
     ``added_skills`` (a teacher's) go on top of ``skills`` with the history ``skills``
     alone keeps (:meth:`SampleBuilder.build`): the teacher sees the student's history.
+    ``top_k``: also the k most likely ids and their log-probs per action token
+    (``topk_ids``/``topk_logp``); ``support`` [B, T, k]: also the log-probs of those ids
+    (``topk_logp``, differentiable with ``grad``).
 
     Returns the [B, T] :class:`ActionBatch` and the sequences (for
     :func:`trainer.samples.assert_same_actions` between teacher and student)."""
     sequences = builder.build_batch(trajectories, skills, added_skills)
     if not sequences:
         raise ValueError("no turns to score: every trajectory is empty")
-    logp, entropy = sequence_logprobs(
-        model, sequences, micro_batch, grad=grad, with_entropy=with_entropy
+    topk = None
+    if support is not None:
+        topk = TopK(ids=to_sequence_layout(support, sequences, len(trajectories)))
+    elif top_k:
+        topk = TopK(k=top_k)
+    scored = sequence_logprobs(
+        model, sequences, micro_batch, grad=grad, with_entropy=with_entropy, topk=topk
     )
-    return collate_actions(sequences, logp, entropy, len(trajectories)), sequences
+    logp, entropy, *extra = scored
+    return collate_actions(sequences, logp, entropy, len(trajectories),
+                           extra[0] if extra else None), sequences

@@ -28,7 +28,7 @@ from .methods import (
     method_names,
     resolve_algo,
 )
-from .opd import opsd_loss, seed_gate, seed_opd_loss
+from .opd import opsd_loss, opsd_topk_loss, seed_gate, seed_opd_loss
 from .registry import (
     ADVANTAGES,
     CREDITS,
@@ -64,6 +64,7 @@ __all__ = [
     "masked_std",
     "method_names",
     "opsd_loss",
+    "opsd_topk_loss",
     "policy_loss",
     "ppo_clip_loss",
     "region_metrics",

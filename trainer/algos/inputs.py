@@ -113,6 +113,9 @@ class LossInputs:
         opd_mask: ``[B, T]`` the valid tokens that receive OPD (a trajectory whose writer
             output was invalid gets none); None = all of ``mask``.  Tokens outside it stay
             in the token-mean denominator.
+        topk_logp / topk_logp_teacher: ``[B, T, k]`` the student's (with gradient) and the
+            teacher's log-probs of the teacher's k most likely tokens at each position
+            (OPSD's distribution matching, ``algo.opsd_top_k``); None otherwise.
     """
 
     logp: Tensor
@@ -122,7 +125,17 @@ class LossInputs:
     logp_ref: Tensor | None = None
     logp_teacher: Tensor | None = None
     opd_mask: Tensor | None = None
+    topk_logp: Tensor | None = None
+    topk_logp_teacher: Tensor | None = None
 
     def __post_init__(self) -> None:
         _check_shapes(self, {"logp": 2, "logp_old": 2, "advantages": 2, "logp_ref": 2,
                              "logp_teacher": 2, "opd_mask": 2})
+        for name in ("topk_logp", "topk_logp_teacher"):
+            value = getattr(self, name)
+            if value is not None and tuple(value.shape[:2]) != tuple(self.mask.shape):
+                raise ValueError(f"LossInputs.{name} has shape {tuple(value.shape)}; expected "
+                                 f"[{', '.join(map(str, self.mask.shape))}, k] to match mask")
+        if (self.topk_logp is None) != (self.topk_logp_teacher is None) or (
+                self.topk_logp is not None and self.topk_logp.shape != self.topk_logp_teacher.shape):
+            raise ValueError("LossInputs.topk_logp and topk_logp_teacher come together, same shape")

@@ -56,8 +56,8 @@ def seed_opd_loss(
         logp_teacher: ``[B, T]`` l_skill, same tokens under the skill context.
         mask: ``[B, T]`` valid action tokens.
         beta: gate sharpness beta_opd (paper: 5.0).
-        agg / agg_mask: the policy loss's aggregation (``algo.loss_agg``; SDAR follows the
-            actor's) over ``agg_mask`` ``[B, T]`` (default ``mask``); token-mean is the above.
+        agg / agg_mask: the policy loss's aggregation (``algo.loss_agg``, as the actor's)
+            over ``agg_mask`` ``[B, T]`` (default ``mask``); token-mean is the above.
 
     Returns:
         ``(loss, metrics)``; metrics ``gate_mean``, ``gate_std``, ``delta_mean`` over valid tokens.
@@ -98,6 +98,34 @@ def opsd_loss(
     return loss, metrics
 
 
+def opsd_topk_loss(
+    topk_student: Tensor, topk_teacher: Tensor, mask: Tensor,
+    agg: str = "token-mean", agg_mask: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """OPSD's distribution matching on the teacher's top-k support (``algo.opsd_top_k``).
+
+    At every action token the teacher's k most likely next tokens (ids chosen by the teacher,
+    log-probs ``topk_teacher`` ``[B, T, k]``, detached) and the student's log-probs of the
+    same ids (``topk_student`` ``[B, T, k]``, with gradient) are renormalised over those k
+    ids (q_S, q_T); the per-token loss is the exact reverse KL
+
+        KL(q_S || q_T) = sum_v q_S(v) (log q_S(v) - log q_T(v)),
+
+    which the sampled-token :func:`opsd_loss` estimates from one token.  Metrics:
+    ``reverse_kl`` (mean per token), ``topk_mass`` (teacher probability the k ids hold,
+    the share of the distribution that is matched).
+    """
+    teacher = torch.where(mask.bool()[..., None], topk_teacher, torch.zeros_like(topk_teacher)).detach()
+    log_qt = torch.log_softmax(teacher, dim=-1)
+    log_qs = torch.log_softmax(torch.where(mask.bool()[..., None], topk_student,
+                                           torch.zeros_like(topk_student)), dim=-1)
+    per_token = (log_qs.exp() * (log_qs - log_qt)).sum(-1)  # [B, T]
+    loss = _reduce(per_token, mask, agg, agg_mask)
+    metrics = {"reverse_kl": masked_mean(per_token.detach(), mask).item(),
+               "topk_mass": masked_mean(teacher.exp().sum(-1), mask).item()}
+    return loss, metrics
+
+
 def _teacher(inputs: LossInputs, who: str) -> Tensor:
     if inputs.logp_teacher is None:
         raise ValueError(f"OPD loss {who!r} needs LossInputs.logp_teacher ([B, T]); it is None")
@@ -107,7 +135,7 @@ def _teacher(inputs: LossInputs, who: str) -> Tensor:
 def _on_opd_tokens(loss_fn, inputs: LossInputs, cfg: AlgoConfig, *args) -> tuple[Tensor, dict[str, float]]:
     """Apply ``loss_fn`` on ``inputs.opd_mask``, aggregated like the policy loss
     (``cfg.loss_agg``) over all of ``inputs.mask``: tokens without OPD stay in the
-    denominator (ETRO App. B.2; SDAR aggregates OPD as the actor does)."""
+    denominator (ETRO App. B.2; OPD is aggregated as the actor's loss)."""
     mask = inputs.mask.bool()
     opd = mask if inputs.opd_mask is None else inputs.opd_mask.bool() & mask
     n_opd, n_all = opd.sum(), mask.sum().clamp(min=1)
@@ -121,13 +149,28 @@ def _on_opd_tokens(loss_fn, inputs: LossInputs, cfg: AlgoConfig, *args) -> tuple
 
 @register_opd_loss("seed")
 def gated_opd(inputs: LossInputs, cfg: AlgoConfig) -> tuple[Tensor, dict[str, float]]:
-    """SEED / SDAR gated loss, :func:`seed_opd_loss` with ``cfg.beta_opd``."""
+    """SEED's gated loss (SEED family, gated_static), :func:`seed_opd_loss` with ``cfg.beta_opd``."""
     _teacher(inputs, "seed")
     return _on_opd_tokens(seed_opd_loss, inputs, cfg, cfg.beta_opd)
 
 
 @register_opd_loss("opsd")
 def ungated_opd(inputs: LossInputs, cfg: AlgoConfig) -> tuple[Tensor, dict[str, float]]:
-    """OPSD / GRPO+OPSD / Skill-SD ungated loss, :func:`opsd_loss`."""
+    """OPSD / GRPO+OPSD / Skill-SD ungated loss: distribution matching on the teacher's
+    top-k (:func:`opsd_topk_loss`) when the inputs carry it (``algo.opsd_top_k`` > 0), else
+    the sampled-token :func:`opsd_loss`."""
     _teacher(inputs, "opsd")
+    if cfg.opsd_top_k > 0:
+        if inputs.topk_logp is None or inputs.topk_logp_teacher is None:
+            raise ValueError("algo.opsd_top_k > 0 needs LossInputs.topk_logp and "
+                             "topk_logp_teacher ([B, T, k])")
+        return _on_opd_tokens(_topk_pair(inputs), inputs, cfg)
     return _on_opd_tokens(opsd_loss, inputs, cfg)
+
+
+def _topk_pair(inputs: LossInputs):
+    """:func:`opsd_topk_loss` in the ``(student, teacher, mask, ...)`` form of
+    :func:`_on_opd_tokens`, reading the [B, T, k] inputs."""
+    def loss_fn(logp, logp_teacher, mask, agg, agg_mask):
+        return opsd_topk_loss(inputs.topk_logp, inputs.topk_logp_teacher, mask, agg, agg_mask)
+    return loss_fn
