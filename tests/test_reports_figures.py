@@ -123,5 +123,5 @@ def test_curve_frame_labels_and_ranks_rows_once_per_pair(monkeypatch):
     assert data["rank"].tolist() == [(figures.method_rank("seed"), "SEED (β=1)")] * 2 + [
         (figures.method_rank("seed"), "SEED (β=5)"), (0, "GRPO")]
     assert len(calls) == 3
-    assert figures.method_rank("grpo") == 0 and figures.method_rank("etro") == 6
+    assert figures.method_rank("grpo") == 0 and figures.method_rank("etro") == 5  # Table 1 order
     assert figures.method_rank("not-a-method") == len(figures._method_order())
