@@ -199,6 +199,9 @@ def _diagnose_args(parser: argparse.ArgumentParser) -> None:
                         help="who writes the hindsight (default: the ETRO family's own)")
     parser.add_argument("--steps", type=int, default=8,
                         help="batches of the config's rollout size to collect (default 8)")
+    parser.add_argument("--advantage", default="etro", choices=["etro", "gigpo", "gigpo_std"],
+                        help="step advantage: ETRO's pooled action returns (default) or "
+                             "verl-agent's GiGPO (own return, optionally std-normalised)")
     parser.add_argument("--diagnose-dir", default="diagnose", metavar="DIR",
                         help="folder for the records, alignment.csv and the figure "
                              "(default ./diagnose)")

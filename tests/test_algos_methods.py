@@ -173,7 +173,9 @@ def test_every_method_runs_and_has_its_property(name):
         with pytest.raises(ValueError, match=f"{name}' does not train"):
             policy_loss(spec, x, AlgoConfig())
         return
-    loss, metrics = policy_loss(spec, x, AlgoConfig())
+    # the sampled-token OPD path (opsd_top_k = 0); OPSD's top-k distribution matching needs
+    # [B, T, k] inputs and is tested in test_algos_opd / test_trainer_rl
+    loss, metrics = policy_loss(spec, x, AlgoConfig(opsd_top_k=0))
     (grad,) = torch.autograd.grad(loss, x.logp)
     assert torch.isfinite(loss) and torch.isfinite(grad).all() and grad.abs().sum() > 0
     assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())

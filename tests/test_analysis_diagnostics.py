@@ -68,6 +68,31 @@ def test_step_advantages_pool_returns_and_filter_groups():
     assert isinstance(step_advantages(rec.drop(columns="state_key")), Skipped)
 
 
+def test_gigpo_variants_use_each_turns_own_return_and_keep_singletons():
+    """verl-agent's GiGPO: own return minus the anchor mean (std-normalised in gigpo_std),
+    singleton anchors at 0 and kept; the invalid-step penalty counts at its own turn only."""
+    rec = pd.DataFrame([
+        # traj 0: invalid first turn (penalty 0.1), then success; traj 1, 2: no reward
+        _turn(traj=0, turn=0, state_key="s0", action="a", reward=-0.1),
+        _turn(traj=0, turn=1, state_key="s1", action="a", reward=1.0),
+        _turn(traj=1, turn=0, state_key="s0", action="a"),
+        _turn(traj=2, turn=0, state_key="s0", action="b"),
+    ])
+    out = step_advantages(rec, "gigpo").set_index(["traj", "turn"])
+    g00 = 0.95 * 1.0 - 0.1  # the success discounted back, the penalty not
+    assert out.at[(0, 0), "q_hat"] == pytest.approx(g00) and out.at[(0, 1), "q_hat"] == 1.0
+    assert out.at[(0, 0), "step_adv"] == pytest.approx(g00 - g00 / 3)
+    assert out.at[(1, 0), "step_adv"] == pytest.approx(-g00 / 3)
+    assert out.at[(0, 1), "step_adv"] == 0.0 and out.at[(0, 1), "anchor_size"] == 1
+    std = step_advantages(rec, "gigpo_std").set_index(["traj", "turn"])
+    spread = np.std([g00, 0.0, 0.0], ddof=1)
+    assert std.at[(0, 0), "step_adv"] == pytest.approx((g00 - g00 / 3) / (spread + 1e-6))
+    etro = step_advantages(rec)  # ETRO pools (s0, a) and drops the singleton s1
+    assert len(etro) == 3 and set(etro["state_key"]) == {"s0"}
+    with pytest.raises(ValueError, match="mode='verl'; valid"):
+        step_advantages(rec, "verl")
+
+
 def _regional_records(n_tasks=12):
     """Per task: a success and a failure (boundary k=1) through the same states p, e, s.
 

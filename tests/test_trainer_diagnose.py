@@ -49,7 +49,15 @@ def test_diagnose_alignment_command_writes_the_figure(tmp_path, capsys):
     assert set(alignment["region"]) == {"prefix", "error", "suffix"}
     assert set(alignment["polarity"]) == {"delta_pos", "delta_neg"}
     assert (out / "regional_alignment.png").stat().st_size > 0
-    assert "writer oracle, never updated" in capsys.readouterr().out
+    assert "writer oracle, etro step advantages, never updated" in capsys.readouterr().out
+    from analysis.diagnostics import regional_alignment
+    from sweeps.cli import build_parser
+
+    records = pd.read_parquet(out / "records.parquet")  # verl-agent's GiGPO on the same turns
+    gigpo = regional_alignment(records, advantage="gigpo_std")
+    assert set(gigpo["region"]) == {"prefix", "error", "suffix"}
+    args = build_parser("diagnose").parse_args([*argv, "--advantage", "gigpo_std"])
+    assert args.advantage == "gigpo_std"
     assert main(["diagnose", "alignment", str(MICRO), "--actor", str(tmp_path / "no")]) == 2
     assert "not a saved model folder" in capsys.readouterr().err
 

@@ -64,13 +64,14 @@ def diagnose_command(args) -> int:
     ctx = build_context(cfg, init_from=str(folder))
     start_rl(ctx)
     print(f"actor {args.actor}: {args.steps} batches of {cfg.rollout.tasks_per_step} tasks x "
-          f"{cfg.rollout.group_size}, writer {cfg.writer.kind}, never updated")
+          f"{cfg.rollout.group_size}, writer {cfg.writer.kind}, {args.advantage} step "
+          "advantages, never updated")
     with tqdm(total=args.steps, desc="alignment", unit="batch") as bar:
         records = alignment_records(ctx, args.steps, bar)
     out = Path(args.diagnose_dir)
     out.mkdir(parents=True, exist_ok=True)
     records.to_parquet(out / "records.parquet", index=False)
-    alignment = regional_alignment(records, seed=cfg.seed)
+    alignment = regional_alignment(records, seed=cfg.seed, advantage=args.advantage)
     if isinstance(alignment, Skipped):
         print(f"regional alignment skipped: {alignment.reason}")
         return 1
