@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 
 from sweeps.cli import main
@@ -40,6 +41,7 @@ def test_alignment_records_leave_the_actor_unchanged(tmp_path):
     assert records.loc[~with_boundary, "delta_neg"].isna().all()  # Negative only with a boundary
 
 
+@pytest.mark.slow  # 25 s: two batches of the bundled warm start through the whole command
 def test_diagnose_alignment_command_writes_the_figure(tmp_path, capsys):
     out = tmp_path / "d"
     argv = ["diagnose", "alignment", str(MICRO), *(f"--set={s}" for s in SETS), "--actor",
