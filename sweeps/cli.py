@@ -194,8 +194,7 @@ def _diagnose_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="run config YAML (env, model settings, batch)")
     _add_overrides(parser)
     parser.add_argument("--actor", required=True, metavar="DIR", help=ACTOR_HELP)
-    parser.add_argument("--writer", default="", choices=["", "self", "frozen", "oracle",
-                                                         "external"],
+    parser.add_argument("--writer", default=None, choices=["self", "frozen", "oracle", "external"],
                         help="who writes the hindsight (default: the ETRO family's own)")
     parser.add_argument("--steps", type=int, default=8,
                         help="batches of the config's rollout size to collect (default 8)")
