@@ -147,6 +147,9 @@ class WriterConfig:
     temperature: float = field(default=0.6, metadata={"ge": 0.0})
     # Nucleus-sampling mass of the writer.
     top_p: float = field(default=0.95, metadata={"gt": 0.0, "le": 1.0})
+    # External writer: top-k sampling sent as the request's top_k (vLLM's OpenAI server reads
+    # it; ETRO's writer uses 20); 0 = not sent.
+    top_k: int = field(default=0, metadata={"ge": 0})
     # Token budget of one written hindsight (generation stops at end of text first); it must
     # hold what the writer imitates: the built-in oracle's annotations run to 300 tokens.
     max_new_tokens: int = field(default=320, metadata={"ge": 1})

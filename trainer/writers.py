@@ -235,10 +235,12 @@ class ExternalWriter:
         self.domain, self.cfg = domain, cfg
 
     def _request(self, messages: list[dict]) -> str:
-        body = json.dumps({
-            "model": self.cfg.model, "messages": messages, "temperature": self.cfg.temperature,
-            "top_p": self.cfg.top_p, "max_tokens": self.cfg.max_new_tokens,
-        }).encode()
+        request = {"model": self.cfg.model, "messages": messages,
+                   "temperature": self.cfg.temperature, "top_p": self.cfg.top_p,
+                   "max_tokens": self.cfg.max_new_tokens}
+        if self.cfg.top_k:
+            request["top_k"] = self.cfg.top_k
+        body = json.dumps(request).encode()
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.cfg.api_key_env, "")
         if key:

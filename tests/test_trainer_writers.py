@@ -1,0 +1,78 @@
+"""The external writer against a fake OpenAI-compatible chat-completions server: the request
+carries the configured sampling (top-k only when set), the key only as a header, and the
+reply is parsed into hindsight."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import envs
+from envs.base import expert_policy, run_episode
+from envs.oracle import OracleWriter
+from trainer.config import WriterConfig
+from trainer.samples import Trajectory, analyzer_target
+from trainer.writers import ExternalWriter
+
+
+class FakeChat(ThreadingHTTPServer):
+    """Answers every POST /v1/chat/completions with ``reply``; keeps the requests."""
+
+    def __init__(self, reply: str):
+        self.reply, self.requests = reply, []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append((self.path, dict(self.headers), body))
+                data = json.dumps({"choices": [{"message": {"content": server.reply}}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+@pytest.fixture
+def episode():
+    make = lambda: envs.make("household", level="small")
+    env = make()
+    task = env.panel("train")[0]
+    ep = run_episode(env, task, expert_policy(epsilon=0.5, seed="w"))
+    return ep, OracleWriter(make).write(ep)
+
+
+@pytest.mark.parametrize("top_k", [0, 20])
+def test_external_writer_request_and_reply(episode, monkeypatch, top_k):
+    ep, oracle = episode
+    server = FakeChat(analyzer_target(oracle))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("HS_TEST_KEY", "sk-secret")
+        cfg = dataclasses.replace(WriterConfig(), kind="external", model="m", top_k=top_k,
+                                  endpoint=f"http://127.0.0.1:{server.server_port}/v1",
+                                  api_key_env="HS_TEST_KEY", temperature=0.6, top_p=0.95)
+        writer = ExternalWriter("a household", cfg)
+        (hindsight,) = writer.write([Trajectory(ep, [[1]] * len(ep.turns))])
+    finally:
+        server.shutdown()
+        server.server_close()
+    path, headers, body = server.requests[0]
+    assert path == "/v1/chat/completions" and headers["Authorization"] == "Bearer sk-secret"
+    assert (body["model"], body["temperature"], body["top_p"], body["max_tokens"]) == (
+        "m", 0.6, 0.95, cfg.max_new_tokens)
+    assert body.get("top_k") == (top_k or None)  # only sent when set
+    assert "sk-secret" not in json.dumps(body)
+    assert hindsight.valid and hindsight.positive_skill == oracle.positive_skill
+    assert hindsight.error_turn == oracle.error_turn
