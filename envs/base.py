@@ -205,6 +205,11 @@ class TextEnv(abc.ABC):
     def panel(self, split: str) -> list[Task]:
         """The fixed, enumerated task list of ``split`` (never sampled at eval time)."""
 
+    def check_task(self, task: Task) -> None:
+        """Raise ValueError when ``task`` belongs to another env (reset's first check)."""
+        if task.env != self.name:
+            raise ValueError(f"task {task.id!r} belongs to env {task.env!r}, not {self.name!r}")
+
     def check_split(self, split: str) -> None:
         if split not in self.splits:
             raise ValueError(

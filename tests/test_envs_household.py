@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from hash_seeds import outputs_under_hash_seeds
 
 import envs
 from envs.base import TextEnv, demo_policy, expert_policy, format_response, run_episode
@@ -82,12 +80,7 @@ print(h.hexdigest())
 
 
 def test_panels_and_episodes_identical_across_processes_and_hash_seeds():
-    digests = []
-    for hash_seed in ("0", "4242"):
-        environ = dict(os.environ, PYTHONHASHSEED=hash_seed)
-        out = subprocess.run([sys.executable, "-c", _FINGERPRINT], cwd=ROOT, env=environ,
-                             capture_output=True, text=True, check=True)
-        digests.append(out.stdout.strip())
+    digests = outputs_under_hash_seeds(_FINGERPRINT)
     assert len(digests[0]) == 64 and digests[0] == digests[1]
 
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import random
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from hash_seeds import outputs_under_hash_seeds
 
 import envs
 from envs.base import expert_policy, first_unrecovered_error, format_response, run_episode
@@ -192,10 +190,7 @@ def test_panels_are_identical_across_processes_and_hash_seeds():
         "payload.append([(p.title, p.text) for p in corpus(0).passages])\n"
         "print(hashlib.sha256(repr(payload).encode()).hexdigest())\n"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
-                              text=True, env={**os.environ, "PYTHONHASHSEED": seed})
-             for seed in ("0", "4242")]
-    outputs = {p.communicate(timeout=60)[0].strip() for p in procs}
+    outputs = set(outputs_under_hash_seeds(code, timeout=60))
     assert outputs == {digest()}
 
 

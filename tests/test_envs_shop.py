@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hash_seeds import outputs_under_hash_seeds
 
 import envs
 from envs.base import expert_policy, first_unrecovered_error, format_response, run_episode
@@ -357,18 +355,7 @@ print(hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest())
 
 
 def test_identical_across_processes_and_hash_seeds():
-    runs = [
-        subprocess.Popen(
-            [sys.executable, "-c", DIGEST],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)},
-        )
-        for seed in ("1", "2")
-    ]
-    digests = [run.communicate(timeout=120)[0].strip() for run in runs]
-    assert all(run.returncode == 0 for run in runs)
+    digests = outputs_under_hash_seeds(DIGEST, seeds=("1", "2"), timeout=120)
     assert len(digests[0]) == 64 and digests[0] == digests[1]
 
 

@@ -3,13 +3,11 @@ ground-truth error turns, parser, images."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from hash_seeds import outputs_under_hash_seeds
 
 import envs
 from envs.base import error_turn, expert_policy, format_response, run_episode
@@ -88,19 +86,7 @@ print(hashlib.sha256(json.dumps(blob).encode()).hexdigest())
 
 
 def test_panels_and_episodes_identical_across_processes_and_hash_seeds():
-    digests = []
-    for hash_seed in ("0", "4242"):
-        environ = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=str(ROOT))
-        out = subprocess.run(
-            [sys.executable, "-c", _DIGEST],
-            cwd=ROOT,
-            env=environ,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-        )
-        digests.append(out.stdout.strip())
+    digests = outputs_under_hash_seeds(_DIGEST)
     assert len(digests[0]) == 64 and digests[0] == digests[1]
 
 

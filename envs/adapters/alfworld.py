@@ -124,8 +124,7 @@ class ALFWorldEnv(TextEnv):
 
     # -- episode -----------------------------------------------------------------------
     def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
-        if task.env != self.name:
-            raise ValueError(f"task {task.id!r} belongs to env {task.env!r}, not {self.name!r}")
+        self.check_task(task)
         if self._loaded != task.id:
             self.engine.load(_game_source(task))
             self._loaded = task.id

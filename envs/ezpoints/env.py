@@ -107,8 +107,7 @@ class EZPointsEnv(TextEnv):
 
     # -- episode -----------------------------------------------------------------------
     def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
-        if task.env != self.name:
-            raise ValueError(f"task {task.id!r} belongs to env {task.env!r}, not {self.name!r}")
+        self.check_task(task)
         if "cards" not in task.spec:
             raise ValueError(f"task {task.id!r} spec lacks 'cards'; not an ezpoints task")
         self.task, self.turn, self.done = task, 0, False

@@ -106,8 +106,7 @@ class HouseholdEnv(TextEnv):
 
     # -- episode -----------------------------------------------------------------------
     def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
-        if task.env != self.name:
-            raise ValueError(f"task {task.id!r} belongs to env {task.env!r}, not {self.name!r}")
+        self.check_task(task)
         if self.task is None or self.task.id != task.id or self.task.spec != task.spec:
             self.world = build_world(task)
             self._facts_cache = {}

@@ -111,8 +111,7 @@ class SokobanEnv(TextEnv):
 
     # -- episode -----------------------------------------------------------------------
     def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
-        if task.env != self.name:
-            raise ValueError(f"task {task.id!r} belongs to env {task.env!r}, not {self.name!r}")
+        self.check_task(task)
         if "rows" not in task.spec:
             raise ValueError(f"task {task.id!r} spec lacks 'rows'; not a sokoban task")
         self.solution = solve(tuple(task.spec["rows"]))
