@@ -732,10 +732,8 @@ def _check_writer(cfg: RunConfig) -> None:
     if cfg.writer.checkpoint and cfg.writer.kind != "frozen":
         raise ConfigError(f"writer.checkpoint: only the frozen writer reads it, but writer.kind "
                           f"is {cfg.writer.kind!r}; set writer.kind=frozen or drop the checkpoint")
-    if cfg.writer.checkpoint and not model_folder(cfg.writer.checkpoint):
-        raise ConfigError(f"writer.checkpoint: {cfg.writer.checkpoint!r} is not a saved model "
-                          "folder (config.json from save_pretrained, or a run checkpoint "
-                          "step_N with model/)")
+    if cfg.writer.checkpoint:
+        require_model_folder(cfg.writer.checkpoint, "writer.checkpoint")
     if cfg.writer.kind == "external" and not cfg.writer.endpoint:
         raise ConfigError("writer.endpoint: required when writer.kind is 'external' "
                           "(an OpenAI-compatible base URL)")
@@ -747,6 +745,16 @@ def model_folder(path: str) -> Path | None:
         if (folder / "config.json").is_file():
             return folder
     return None
+
+
+def require_model_folder(path: str, what: str) -> Path:
+    """:func:`model_folder`, or ConfigError ``"<what>: '<path>' is not a saved model folder
+    (...)"`` naming the setting or flag that gave the path."""
+    folder = model_folder(path)
+    if folder is None:
+        raise ConfigError(f"{what}: {str(path)!r} is not a saved model folder (config.json from "
+                          "save_pretrained, or a run checkpoint step_N with model/)")
+    return folder
 
 
 def _normalise(v: Any) -> Any:

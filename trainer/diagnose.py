@@ -49,13 +49,10 @@ def diagnose_command(args) -> int:
 
     from analysis.diagnostics import Skipped, regional_alignment
     from reports.figures import regional_alignment as draw
-    from trainer.config import ConfigError, load_config, model_folder, resolve
+    from trainer.config import load_config, require_model_folder, resolve
     from trainer.context import build_context, start_rl
 
-    folder = model_folder(args.actor)
-    if folder is None:
-        raise ConfigError(f"--actor {args.actor}: not a saved model folder (config.json from "
-                          "save_pretrained, or a run checkpoint step_N with model/)")
+    folder = require_model_folder(args.actor, "--actor")
     overrides = [*args.overrides, f"algo.method={SCORING_METHOD}", "algo.kl_coef=0",
                  "stages.warm_start.enabled=false", "stages.skill_sft.enabled=false"]
     if args.writer:

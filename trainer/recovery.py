@@ -76,22 +76,19 @@ def recovery_command(args) -> int:
     from analysis.recovery import summarize_recovery
     from reports.diagnostic_tables import recovery_table
     from reports.tables import Provenance, to_markdown, write_table
-    from trainer.config import ConfigError, load_config, model_folder, resolve
+    from trainer.config import ConfigError, load_config, require_model_folder, resolve
     from trainer.context import build_context
     from trainer.tracking import git_sha
 
     labels = args.label or [Path(c).name for c in args.actor]
     if len(labels) != len(args.actor):
         raise ConfigError(f"--label: {len(labels)} labels for {len(args.actor)} actors")
-    for checkpoint in args.actor:
-        if model_folder(checkpoint) is None:
-            raise ConfigError(f"--actor {checkpoint}: not a saved model folder (config.json "
-                              "from save_pretrained, or a run checkpoint step_N with model/)")
+    folders = [require_model_folder(checkpoint, "--actor") for checkpoint in args.actor]
     cfg = resolve(load_config(args.config, args.overrides))
     out = Path(args.recovery_dir)
     frames, suite = [], None
-    for label, checkpoint in zip(labels, args.actor):
-        ctx = build_context(cfg, init_from=str(model_folder(checkpoint)))
+    for label, checkpoint, folder in zip(labels, args.actor, folders):
+        ctx = build_context(cfg, init_from=str(folder))
         suite = suite if suite is not None else suite_for(ctx, args.split, args.tasks)
         if not suite:
             raise ConfigError(f"--split {args.split}: no task has a recoverable perturbation "

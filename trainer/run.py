@@ -28,7 +28,7 @@ from trainer.checkpoint import (
     save_checkpoint,
     save_module,
 )
-from trainer.config import RunConfig, model_folder, resolve
+from trainer.config import RunConfig, require_model_folder, resolve
 from trainer.context import Context, build_context, frozen_writer, start_rl
 from trainer.evaluate import evaluate_panels
 from trainer.records import build_records
@@ -245,10 +245,6 @@ def evaluate(cfg: RunConfig, checkpoint: str | None = None) -> dict[str, float]:
     path = checkpoint or latest_checkpoint(cfg.output.dir)
     if path is None:
         raise FileNotFoundError(f"no checkpoint under {cfg.output.dir}/checkpoints; pass --checkpoint")
-    folder = model_folder(path)
-    if folder is None:
-        raise FileNotFoundError(f"{path}: not a saved model folder (config.json from "
-                                "save_pretrained, or a run checkpoint step_N with model/)")
-    ctx = build_context(cfg, init_from=str(folder))
+    ctx = build_context(cfg, init_from=str(require_model_folder(str(path), "checkpoint")))
     metrics, _ = evaluate_panels(ctx, step=0)
     return metrics
