@@ -256,13 +256,13 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
     trajs = [batch.trajectories[i] for i in rows]
     skills = None if batch.rollout_skills is None else [batch.rollout_skills[i] for i in rows]
     top_k = cfg.algo.opsd_top_k if spec.opd_loss == "opsd" else 0
-    support = None
+    support, student_seq = None, None
     if top_k:  # the teacher's support first: the student is scored on it in the same pass
+        student_seq = ctx.builder.build_batch(trajs, skills)
         with timer("teacher"):
-            support = _teacher_scores(ctx, ctx.model, batch, spec.skills[0],
-                                      ctx.builder.build_batch(trajs, skills), rows, top_k)
+            support = _teacher_scores(ctx, ctx.model, batch, spec.skills[0], student_seq, rows, top_k)
     cur, cur_seq = score_trajectories(ctx.model, ctx.builder, trajs, skills, micro_batch=16, grad=True,
-                                      with_entropy=False,
+                                      with_entropy=False, sequences=student_seq,
                                       support=None if support is None else support.topk_ids)
     width = cur.logp.shape[1]
     index = torch.tensor(rows, device=cur.logp.device)

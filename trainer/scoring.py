@@ -264,17 +264,20 @@ def score_trajectories(
     added_skills: Sequence[str | None] | None = None,
     top_k: int = 0,
     support: torch.Tensor | None = None,
+    sequences: list[TokenSequence] | None = None,
 ) -> tuple[ActionBatch, list[TokenSequence]]:
     """Build (with ``skills`` spliced in, None = student context), score and collate.
     ``added_skills`` (a teacher's) go on top of ``skills`` with the history ``skills``
     alone keeps (:meth:`SampleBuilder.build`): the teacher sees the student's history.
     ``top_k``: also the k most likely ids and their log-probs per action token
     (``topk_ids``/``topk_logp``); ``support`` [B, T, k]: also the log-probs of those ids
-    (``topk_logp``, differentiable with ``grad``).
+    (``topk_logp``, differentiable with ``grad``).  ``sequences``: the ones
+    ``builder.build_batch(trajectories, skills, added_skills)`` gives, when already built.
 
     Returns the [B, T] :class:`ActionBatch` and the sequences (for
     :func:`trainer.samples.assert_same_actions` between teacher and student)."""
-    sequences = builder.build_batch(trajectories, skills, added_skills)
+    if sequences is None:
+        sequences = builder.build_batch(trajectories, skills, added_skills)
     if not sequences:
         raise ValueError("no turns to score: every trajectory is empty")
     topk = None
