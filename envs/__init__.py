@@ -44,18 +44,27 @@ def env_class(name: str) -> type[TextEnv]:
     return getattr(importlib.import_module(module), cls)
 
 
+def has_option(name: str, option: str) -> bool:
+    """Whether env ``name``'s constructor takes the keyword ``option``."""
+    return option in inspect.signature(env_class(name).__init__).parameters
+
+
 def has_admissible_switch(name: str) -> bool:
     """Whether env ``name`` takes ``show_admissible`` (it can list admissible commands)."""
-    return "show_admissible" in inspect.signature(env_class(name).__init__).parameters
+    return has_option(name, "show_admissible")
 
 
-def env_options(name: str, level: str = "", show_admissible: bool | None = None, **options) -> dict:
-    """Keyword options for :func:`make`: ``level`` and ``show_admissible`` are passed only to
-    the envs that have them (an empty level or None means the env's default)."""
+def env_options(name: str, level: str = "", show_admissible: bool | None = None,
+                action_format: str = "text", **options) -> dict:
+    """Keyword options for :func:`make`: ``level``, ``show_admissible`` and a non-text
+    ``action_format`` are passed only to the envs that have them (an empty level or None
+    means the env's default)."""
     if level and len(env_class(name).levels) > 1:
         options["level"] = level
     if show_admissible is not None and has_admissible_switch(name):
         options["show_admissible"] = show_admissible
+    if action_format != "text" and has_option(name, "action_format"):
+        options["action_format"] = action_format
     return options
 
 

@@ -151,13 +151,26 @@ def error_turn(episode: Episode) -> int | None:
 
 # verl-agent's ALFWorld prompt (the one SEED, ETRO and GiGPO train with) ends every
 # observation with this line; history and analyzer prompts keep only the part before it.
+# How a policy writes its action: the action's text, or the number of a listed action.
+ACTION_FORMATS = ("text", "numbered")
+
 ADMISSIBLE_HEADER = "\nYour admissible actions of the current situation are: "
 
 
-def with_admissible(observation: str, actions: Sequence[str]) -> str:
-    """``observation`` followed by the admissible-actions line: ``['go to desk 1', ...].``"""
-    listed = ", ".join(f"'{a}'" for a in actions)
+def with_admissible(observation: str, actions: Sequence[str], numbered: bool = False) -> str:
+    """``observation`` followed by the admissible-actions line: ``['go to desk 1', ...].``,
+    or with ``numbered`` ``[1: 'go to desk 1', 2: ...].`` (the numbered action format)."""
+    listed = ", ".join(f"{i}: '{a}'" if numbered else f"'{a}'" for i, a in enumerate(actions, 1))
     return f"{observation}{ADMISSIBLE_HEADER}[{listed}]."
+
+
+def pick_listed(text: str, actions: Sequence[str]) -> str | None:
+    """The listed action that ``text`` picks by its 1-based number ("3"), or None when
+    ``text`` is not a number of the list (the numbered action format)."""
+    text = text.strip().rstrip(".")
+    if not text.isdigit() or not 1 <= int(text) <= len(actions):
+        return None
+    return actions[int(text) - 1]
 
 
 def without_admissible(observation: str) -> str:
@@ -230,8 +243,13 @@ class TextEnv(abc.ABC):
             if self.done:
                 raise ValueError(f"replay of {self.task.id!r} ends the episode at action {i - 1}; "
                                  f"{len(replay) - i} actions left over")
-            observation = self.step(format_response(action)).observation
+            observation = self.step(self.response_for(action)).observation
         return observation
+
+    def response_for(self, action: str, think: str = "") -> str:
+        """The response a policy writes to take ``action`` (an action text) in the current
+        state: :func:`format_response`; envs with another action format override it."""
+        return format_response(action, think)
 
     @abc.abstractmethod
     def step(self, response_text: str) -> StepResult:
@@ -346,7 +364,7 @@ def expert_policy(epsilon: float = 0.0, seed: str = "expert") -> Callable[[TextE
     rng = random.Random(seed)
 
     def act(env: TextEnv, observation: str, turns: list[Turn]) -> str:
-        return format_response(env.expert_action(epsilon=epsilon, rng=rng))
+        return env.response_for(env.expert_action(epsilon=epsilon, rng=rng))
 
     return act
 
@@ -360,7 +378,7 @@ def demo_policy(
     rng = random.Random(seed)
 
     def act(env: TextEnv, observation: str, turns: list[Turn]) -> str:
-        return format_response(env.demo_action(turns, epsilon=epsilon, rng=rng),
-                               think=env.demo_thought(env.task))
+        return env.response_for(env.demo_action(turns, epsilon=epsilon, rng=rng),
+                                think=env.demo_thought(env.task))
 
     return act

@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from envs.base import Task, TextEnv, Turn, format_response
+from envs.base import Task, TextEnv, Turn
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,12 @@ class Perturbation:
     def responses(self, env: TextEnv) -> list[str]:
         """The forced turns as response texts, in the demonstrator's format (with its
         thought), so the actor reads a history like the ones it was trained on."""
-        think = env.demo_thought(self.task)
-        return [format_response(a, think=think) for a in self.actions]
+        think, responses = env.demo_thought(self.task), []
+        env.reset(self.task)
+        for action in self.actions:  # replayed: a numbered action's number depends on the state
+            responses.append(env.response_for(action, think=think))
+            env.step(responses[-1])
+        return responses
 
 
 def reference_actions(env: TextEnv, task: Task) -> list[str]:
@@ -55,7 +59,7 @@ def reference_actions(env: TextEnv, task: Task) -> list[str]:
     while not env.done and len(actions) < env.max_turns:
         action = env.expert_action()
         actions.append(action)
-        env.step(format_response(action))
+        env.step(env.response_for(action))
     return actions
 
 
@@ -77,7 +81,7 @@ def perturb(env: TextEnv, task: Task, seed: str = "recovery") -> Perturbation | 
         rng.shuffle(candidates)
         for action in candidates:
             env.reset(task, replay=reference[:t])
-            env.step(format_response(action))
+            env.step(env.response_for(action))
             after = env.distance_to_goal()
             turns_left = env.max_turns - (t + 1)
             if not env.done and after is not None and before < after <= turns_left - 1:

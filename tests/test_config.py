@@ -306,6 +306,12 @@ def test_env_level_and_admissible_switch_resolve_per_env():
         resolve(apply_overrides(RunConfig(), ["env.name=shop", "env.level=small"]))
     with pytest.raises(ConfigError, match="env.show_admissible: shop has no admissible-command list"):
         resolve(apply_overrides(RunConfig(), ["env.name=shop", "env.show_admissible=true"]))
+    with pytest.raises(ConfigError, match="env.action_format: shop takes only text actions"):
+        resolve(apply_overrides(RunConfig(), ["env.name=shop", "env.action_format=numbered"]))
+    with pytest.raises(ConfigError, match="env.show_admissible cannot be false"):
+        resolve(apply_overrides(RunConfig(), ["env.action_format=numbered", "env.show_admissible=false"]))
+    with pytest.raises(ConfigError, match="env.action_format: 'letters'.*numbered"):
+        resolve(apply_overrides(RunConfig(), ["env.action_format=letters"]))
 
 
 def test_env_factory_passes_level_and_switch_to_the_env():
@@ -313,6 +319,8 @@ def test_env_factory_passes_level_and_switch_to_the_env():
 
     env = env_factory(resolve(apply_overrides(RunConfig(), ["env.level=small", "env.show_admissible=false"])))()
     assert (env.level, env.show_admissible) == ("small", False)
+    numbered = env_factory(resolve(apply_overrides(RunConfig(), ["env.action_format=numbered"])))()
+    assert numbered.numbered and not env.numbered
     assert env.panel("eval_seen")[0].id == "household/eval_seen/s0000"
     shop = env_factory(resolve(apply_overrides(RunConfig(), {"env.name": "shop"})))()
     assert shop.name == "shop"

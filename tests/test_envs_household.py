@@ -537,3 +537,47 @@ def test_small_level_expert_and_demonstrator_solve_every_panel_task(split):
     demo = [run_episode(env, t, demo_policy(0.0)) for t in tasks]
     assert all(e.success for e in demo)
     assert max(len(e.turns) for e in demo) <= 12
+
+
+def test_numbered_format_lists_numbers_and_a_number_picks_its_command():
+    from envs.base import ADMISSIBLE_HEADER
+
+    env = HouseholdEnv(action_format="numbered")
+    task = kitchen_task()
+    first = env.reset(task)
+    assert first.endswith(
+        f"{ADMISSIBLE_HEADER}[1: 'go to countertop 1', 2: 'go to fridge 1', 3: 'go to microwave 1', "
+        "4: 'go to sinkbasin 1', 5: 'go to drawer 1', 6: 'inventory', 7: 'look'].")
+    assert "write the number of your command" in env.system_prompt()
+    assert "write the number" not in HouseholdEnv().system_prompt()
+    result = env.step(format_response("2"))
+    assert result.info["valid"] and result.info["action"] == "go to fridge 1"  # the command, not "2"
+    listed = env.admissible_actions()
+    assert env.response_for("open fridge 1", think="t") == format_response(
+        str(listed.index("open fridge 1") + 1), think="t")
+    # a text command, a number off the list or no number is an invalid step
+    for response in ("open fridge 1", str(len(listed) + 1), "0", "-1", "two"):
+        before = env.state_key()
+        step = env.step(format_response(response))
+        assert not step.info["valid"] and step.observation.startswith(INVALID_OBSERVATION)
+        assert env.state_key() == before
+    with pytest.raises(ValueError, match="needs show_admissible on"):
+        HouseholdEnv(action_format="numbered", show_admissible=False)
+    with pytest.raises(ValueError, match="action_format 'letters' is not one of text, numbered"):
+        HouseholdEnv(action_format="letters")
+
+
+def test_numbered_format_plays_the_same_episodes_as_text():
+    text = envs.make("household", level="small", max_turns=15)
+    numbered = envs.make("household", level="small", max_turns=15, action_format="numbered")
+    for task in text.panel("eval_seen")[:20]:
+        a = run_episode(text, task, demo_policy(0.05, seed="d"))
+        b = run_episode(numbered, task, demo_policy(0.05, seed="d"))
+        assert a.actions == b.actions and a.success == b.success
+        assert [t.valid for t in a.turns] == [t.valid for t in b.turns]
+        assert all(t.response.split("<action>")[1].split("<")[0].isdigit() for t in b.turns if t.valid)
+        # replay takes action texts in either format
+        mid = len(a.actions) // 2
+        text.reset(task, replay=a.actions[:mid])
+        numbered.reset(task, replay=a.actions[:mid])
+        assert text.state_key() == numbered.state_key()

@@ -33,6 +33,21 @@ def test_every_perturbation_is_a_recoverable_wrong_admissible_action(name, optio
     assert recovery_suite(make, tasks) == suite  # pre-registered: the same every time
 
 
+def test_forced_responses_follow_the_action_format():
+    text = lambda: envs.make("household", level="small")
+    numbered = lambda: envs.make("household", level="small", action_format="numbered")
+    tasks = text().panel("eval_unseen")[:6]
+    suite = recovery_suite(text, tasks)
+    assert recovery_suite(numbered, tasks) == suite  # the same perturbations either way
+    env = numbered()
+    for p in suite:
+        responses = p.responses(env)
+        assert all(r.split("<action>")[1].split("<")[0].isdigit() for r in responses)
+        env.reset(p.task)
+        steps = [env.step(r) for r in responses]  # the numbers replay the forced actions
+        assert [s.info["action"] for s in steps] == list(p.actions)
+
+
 def test_a_task_without_admissible_actions_has_no_perturbation():
     env = envs.make("searchqa")
     task = env.panel(env.splits[-1])[0]

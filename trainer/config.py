@@ -113,6 +113,11 @@ class EnvConfig:
     # End every observation with the admissible commands (verl-agent's ALFWorld prompt);
     # null = on for the envs that have the switch (household, alfworld).
     show_admissible: bool | None = None
+    # How the policy writes its action: "text" (the command itself, the papers' format) or
+    # "numbered" (the number of a command in the numbered admissible list; household only,
+    # needs show_admissible).  Opt-in: a tiny CPU policy picks by number far more reliably
+    # than it copies names and numbers out of its context.
+    action_format: str = field(default="text", metadata=_choices("text", "numbered"))
 
 
 @dataclass(frozen=True)
@@ -624,6 +629,14 @@ def check_registered(cfg: RunConfig) -> None:
     if cfg.env.show_admissible and not envs.has_admissible_switch(cfg.env.name):
         raise ConfigError(f"env.show_admissible: {cfg.env.name} has no admissible-command list "
                           f"to show; set it to false or null")
+    if cfg.env.action_format != "text":
+        if not envs.has_option(cfg.env.name, "action_format"):
+            raise ConfigError(f"env.action_format: {cfg.env.name} takes only text actions; "
+                              f"{cfg.env.action_format!r} needs an env with a numbered list "
+                              f"(household)")
+        if cfg.env.show_admissible is False:
+            raise ConfigError(f"env.action_format: {cfg.env.action_format!r} picks from the "
+                              f"admissible list, so env.show_admissible cannot be false")
 
 
 def load_config(path: str | Path, overrides: Iterable[str] | Mapping[str, Any] = ()) -> RunConfig:

@@ -128,6 +128,7 @@ BUNDLED_WARM_STARTS = Path(__file__).parent / "assets" / "warm_start"
 BUNDLE_META = "warm_start.json"
 # The settings a warm start depends on: they must match between the bundle and the run.
 BUNDLE_KEYS = ("model.backbone", "model.tiny", "env.name", "env.level", "env.show_admissible",
+               "env.action_format",
                "env.context", "env.history_window", "env.max_turns", "rollout.max_new_tokens")
 
 

@@ -37,7 +37,7 @@ import re
 from collections.abc import Sequence
 
 from envs.adapters import http_json, option_or_env
-from envs.base import StepResult, Task, TextEnv, format_response
+from envs.base import StepResult, Task, TextEnv
 
 ADAPTER = "webshop"
 ACTION_RE = re.compile(r"^(search|click)\[(.*)\]$", re.DOTALL)
@@ -103,7 +103,7 @@ class WebShopEnv(TextEnv):
         self.instruction = str(self._get("instruction_text"))
         self._update(reply[0] if isinstance(reply, list) else str(reply))
         for action in replay:
-            self.step(format_response(action))
+            self.step(self.response_for(action))
         return self.format_observation(self.observation)
 
     def _update(self, observation: str) -> None:

@@ -23,11 +23,14 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from envs.base import (
+    ACTION_FORMATS,
     StepResult,
     Task,
     TextEnv,
     Turn,
+    format_response,
     parse_tagged,
+    pick_listed,
     with_admissible,
     without_admissible,
 )
@@ -84,14 +87,24 @@ class HouseholdEnv(TextEnv):
         invalid_penalty: float = 0.0,
         level: str = "full",
         show_admissible: bool = True,
+        action_format: str = "text",
     ):
         """``level``: ``full`` (paper scale) or ``small`` (CPU level, see
         ``envs.household.world``); ``show_admissible``: every observation ends with the
-        admissible commands of the current state, as verl-agent's ALFWorld prompt does."""
+        admissible commands of the current state, as verl-agent's ALFWorld prompt does;
+        ``action_format``: ``text`` (the policy writes the command) or ``numbered`` (the
+        admissible list is numbered and the policy writes the number of its command)."""
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
         level_spec(level)
+        if action_format not in ACTION_FORMATS:
+            raise ValueError(f"household: action_format {action_format!r} is not one of "
+                             f"{', '.join(ACTION_FORMATS)}")
+        if action_format == "numbered" and not show_admissible:
+            raise ValueError("household: action_format 'numbered' picks from the admissible "
+                             "list, so it needs show_admissible on")
         self.level = level
         self.show_admissible = show_admissible
+        self.numbered = action_format == "numbered"
         self.world: World | None = None
         self.state: State | None = None
         self.done = False
@@ -136,7 +149,17 @@ class HouseholdEnv(TextEnv):
         return StepResult(observation, reward, self.done, success, info)
 
     def parse_action(self, response_text: str) -> str | None:
+        if self.numbered:
+            picked = parse_tagged(response_text)
+            return pick_listed(picked, self._facts().actions) if picked else None
         return parse_command(response_text)
+
+    def response_for(self, action: str, think: str = "") -> str:
+        """In the numbered format a listed command is written as its number; an unlisted
+        one (a demonstrator's plausible mistake) stays text, which is invalid there too."""
+        if self.numbered and action in self._facts().actions:
+            action = str(self._facts().actions.index(action) + 1)
+        return format_response(action, think)
 
     def admissible_actions(self) -> list[str]:
         return list(self._facts().actions)
@@ -234,14 +257,22 @@ class HouseholdEnv(TextEnv):
         return [a for a in wrong if a in facts.ops and a != action]
 
     # -- prompt pieces -----------------------------------------------------------------
+    def _action_rule(self) -> str:
+        if self.numbered:
+            return ("command inside <action>...</action>. Every observation ends with the "
+                    "admissible commands, numbered; write the number of your command, for "
+                    "example: <think>Apples are often on the countertop.</think><action>3"
+                    "</action>\n\n")
+        return ("command inside <action>...</action>, for example: <think>Apples are often on "
+                "the countertop.</think><action>go to countertop 1</action>\n\n")
+
     def system_prompt(self) -> str:
         return (
             "You are an agent in a household. Each turn you read what happened after your "
             "last command, then issue the next command; finish the task in as few commands "
             "as you can.\n\n"
             "Respond with your reasoning inside <think>...</think> followed by exactly one "
-            "command inside <action>...</action>, for example: <think>Apples are often on "
-            "the countertop.</think><action>go to countertop 1</action>\n\n"
+            + self._action_rule() +
             "Commands (R is a receptacle such as \"cabinet 3\", O an object such as "
             "\"apple 1\"):\n"
             "- go to R\n- open R\n- close R\n"
@@ -299,7 +330,9 @@ class HouseholdEnv(TextEnv):
     # -- internals ---------------------------------------------------------------------
     def _observe(self, text: str) -> str:
         """The observation the policy sees: ``text``, then the admissible commands when on."""
-        return with_admissible(text, self._facts().actions) if self.show_admissible else text
+        if not self.show_admissible:
+            return text
+        return with_admissible(text, self._facts().actions, numbered=self.numbered)
 
     def _require(self) -> State:
         if self.state is None:
