@@ -89,3 +89,24 @@ def metric_curves(histories: pd.DataFrame, runs: pd.DataFrame, keys_of: pd.Serie
                                                                 ].fillna(0.0)
     per_step = per_step.merge(runs[["run_id", "seed", *by]], on="run_id")
     return bands(per_step, by, ci=ci, extra=("env_steps", "tokens"))
+
+
+def eval_gain(histories: pd.DataFrame, keys_of: pd.Series) -> pd.DataFrame:
+    """Per run, its evaluation before RL against its last one: ``run_id, first_step,
+    first, last_step, last, gain, rose`` (``gain`` = last - first, ``rose`` = 1.0 when the
+    last is above the first).  ``keys_of`` as in :func:`metric_curves`; only runs evaluated
+    at step 0 (before any RL step, i.e. the warm start) and at a later step are kept."""
+    columns = ["run_id", "first_step", "first", "last_step", "last", "gain", "rose"]
+    want = pd.DataFrame([(r, k) for r, ks in keys_of.items() for k in ks],
+                        columns=["run_id", "key"])
+    hist = histories.merge(want, on=["run_id", "key"])
+    per_step = hist.groupby(["run_id", "step"], as_index=False)["value"].mean()
+    rows = []
+    for run_id, part in per_step.sort_values("step").groupby("run_id", sort=True):
+        if part["step"].iloc[0] != 0 or len(part) < 2:
+            continue
+        first, last = part.iloc[0], part.iloc[-1]
+        gain = float(last["value"] - first["value"])
+        rows.append((run_id, 0, float(first["value"]), int(last["step"]), float(last["value"]),
+                     gain, float(gain > 0)))
+    return pd.DataFrame(rows, columns=columns)

@@ -11,6 +11,7 @@ no bold, no markers: nothing is ranked here).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,6 +67,57 @@ STALENESS = DiagnosticSpec(
     "Turns matched between a run and the refresh_every = 1 run of the same cell but for the "
     "writer refresh (any method name), seed and β; "
     "the two policies differ too, so the gap is staleness plus policy divergence.")
+GAIN = DiagnosticSpec(
+    "warm_start_gain", "Evaluation success over the warm start (before RL -> last evaluation)",
+    (Column("first", "Eval success", "before RL"),
+     Column("last", "Eval success", "last"),
+     Column("gain", "Gain", "last - before"),
+     Column("rose", "Seeds", "rose")),
+    "Per seed: the evaluation at step 0 (the warm start, before any RL step) and the run's last "
+    "evaluation on the same panel; gain is their paired difference (points), its interval over "
+    "seeds; rose: the share of seeds whose last evaluation is above their first.")
+
+
+def gain_cells(runs: pd.DataFrame, histories: pd.DataFrame, keys_of: pd.Series,
+               ci: str = "t") -> pd.DataFrame | Skipped:
+    """Per-cell statistics of :func:`analysis.curves.eval_gain` (the GAIN table)."""
+    from analysis.curves import eval_gain
+
+    gain = eval_gain(histories, keys_of)
+    if gain.empty:
+        return Skipped(GAIN.name, "no run was evaluated both at step 0 and after RL steps "
+                                  "(set eval.every)")
+    return _cells(gain, runs, [c.key for c in GAIN.columns], ci)
+
+
+def gain_lines(cells: pd.DataFrame | Skipped) -> list[str]:
+    """One sentence per table row: the gain over the warm start with its interval and n."""
+    if isinstance(cells, Skipped):
+        return [f"- not measured: {cells.reason}"]
+    from reports.figures import method_rank
+
+    lines = []
+    keys = [c for c in CELL_KEYS if c in cells.columns]
+
+    def order(item):
+        key = dict(zip(keys, item[0]))
+        return (str(key.get("backbone")), str(key.get("env_label")),
+                method_rank(key.get("method")), str(key.get("variant")))
+
+    for _, part in sorted(cells.groupby(keys, sort=True), key=order):
+        row = part.set_index("column")
+        gain, rose = row.loc["gain"], row.loc["rose"]
+        n = int(gain["n"])
+        interval = (f" [{100 * gain['ci_low']:+.1f}, {100 * gain['ci_high']:+.1f}]"
+                    if n > 1 and math.isfinite(gain["ci_low"]) else "")
+        label = variant_label(part["method"].iloc[0], part["variant"].iloc[0])
+        if "env_label" in part.columns:
+            label = f"{label} ({part['env_label'].iloc[0]})"
+        lines.append(f"- {label}: {100 * gain['mean']:+.1f} points"
+                     f"{interval} from {100 * row.loc['first', 'mean']:.1f}% to "
+                     f"{100 * row.loc['last', 'mean']:.1f}%; rose on "
+                     f"{round(rose['mean'] * n)} of {n} seeds")
+    return lines
 
 
 def cost_spec(phases: Sequence[str]) -> DiagnosticSpec:
@@ -175,7 +227,8 @@ def specs(cells: dict) -> dict[str, DiagnosticSpec]:
     cost = cells.get("compute_cost")
     phases = [p for p in PHASES if isinstance(cost, pd.DataFrame)
               and f"time/{p}_s/sum" in set(cost["column"])]
-    return {s.name: s for s in (family_spec(), WRITER, ALIGNMENT, STALENESS, cost_spec(phases))}
+    return {s.name: s for s in (GAIN, family_spec(), WRITER, ALIGNMENT, STALENESS,
+                                cost_spec(phases))}
 
 
 # ---------------------------------------------------------------- sensitivity

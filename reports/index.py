@@ -100,15 +100,19 @@ class ReportInputs:
         summaries = {name: summarize_layout(runs, layout, ci=ci, n_boot=n_boot, seed=seed)
                      for name, layout in LAYOUTS.items()}
         diags = _diagnostics(runs, records, n_boot, seed)
+        cells = diagnostic_tables.cell_frames(runs, records, ci)
+        cells[diagnostic_tables.GAIN.name] = Skipped(diagnostic_tables.GAIN.name,
+                                                     "no metric histories were loaded")
         if histories is not None:
             join = ["run_id", *(c for c in HISTORY_JOIN
                                 if c in runs.columns and c not in histories.columns)]
             histories = histories.merge(runs[join], on="run_id", how="inner")
             diags["evaluation_curves"] = evaluation_curves(runs, histories, ci)
+            cells[diagnostic_tables.GAIN.name] = diagnostic_tables.gain_cells(
+                runs, histories, eval_success_keys(runs), ci)
         return cls(runs, summaries, histories, diags,
                    Path(external_csv) if external_csv is not None else None,
-                   all_runs, expected, ui_url, cell_format,
-                   diagnostic_tables.cell_frames(runs, records, ci), ci,
+                   all_runs, expected, ui_url, cell_format, cells, ci,
                    sensitivities(runs, FINAL_SUCCESS, ci=ci, search=search), n_boot)
 
     def figure_frames(self) -> dict[str, pd.DataFrame | Skipped | None]:
@@ -126,13 +130,17 @@ def eval_keys(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
     return {env: metrics[key].source for env, key in success_metrics(list(metrics.values())).items()}
 
 
+def eval_success_keys(runs: pd.DataFrame) -> pd.Series:
+    """run_id -> the history keys of its evaluation success (:func:`eval_keys`)."""
+    return runs.set_index("run_id")["env_key"].map(eval_keys(runs)).dropna()
+
+
 def evaluation_curves(runs: pd.DataFrame, histories: pd.DataFrame,
                       ci: str = "t") -> pd.DataFrame | Skipped:
     """Evaluation success curves per table row (analysis.curves.metric_curves)."""
     from analysis.curves import metric_curves
 
-    keys = eval_keys(runs)
-    keys_of = runs.set_index("run_id")["env_key"].map(keys).dropna()
+    keys_of = eval_success_keys(runs)
     if keys_of.empty:
         return Skipped("evaluation_curves", "runs log no evaluation success metric")
     by = ["backbone", "env_label", "method", "variant"]
@@ -301,7 +309,11 @@ def _index_text(inputs: ReportInputs, provenance, written, tables, skipped, comm
                 out: Path) -> str:
     lines = [f"# Report: {provenance.study}", "",
              f"- git sha: `{provenance.git_sha}`", f"- generated: {provenance.generated_at}",
-             *_run_counts(inputs), *_seed_warning(inputs.runs), ""]
+             *_run_counts(inputs), *_seed_warning(inputs.runs), "",
+             "## Gain over the warm start", "",
+             *diagnostic_tables.gain_lines(inputs.diagnostic_cells.get(
+                 diagnostic_tables.GAIN.name, Skipped(diagnostic_tables.GAIN.name, "not computed"))),
+             ""]
     for title, paths in written.items():
         links = [f"[{p.suffix[1:]}]({p.relative_to(out).as_posix()})" for p in paths if p.exists()]
         lines += [f"## {title}", "", " · ".join(links), ""]

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.curves import bands, budgets, metric_curves
+from analysis.curves import bands, budgets, eval_gain, metric_curves
 from analysis.stats import t_ci
 
 
@@ -48,3 +48,17 @@ def test_metric_curves_average_datasets_and_start_budgets_at_zero():
     assert out.loc[0, "mean"] == pytest.approx(0.3) and out.loc[1, "mean"] == pytest.approx(0.7)
     assert out.loc[0, "env_steps"] == 0.0 and out.loc[1, "env_steps"] == 6.0
     assert out.loc[1, "n"] == 2 and math.isnan(out.loc[1, "tokens"])
+
+
+def test_eval_gain_pairs_the_warm_start_evaluation_with_the_last_one():
+    rows = [("a", "eval/x/success", 0, 0.30), ("a", "eval/x/success", 10, 0.20),
+            ("a", "eval/x/success", 20, 0.45), ("a", "train/success", 20, 0.9),
+            ("b", "eval/x/success", 0, 0.40), ("b", "eval/x/success", 20, 0.35),
+            ("c", "eval/x/success", 5, 0.40), ("c", "eval/x/success", 20, 0.50),  # no step 0
+            ("d", "eval/x/success", 0, 0.40)]  # never evaluated after RL
+    keys = pd.Series(dict.fromkeys("abcd", ("eval/x/success",)))
+    out = eval_gain(_hist(rows), keys).set_index("run_id")
+    assert list(out.index) == ["a", "b"]
+    assert (out.loc["a", "first"], out.loc["a", "last"], out.loc["a", "last_step"]) == (0.30, 0.45, 20)
+    assert out.loc["a", "gain"] == pytest.approx(0.15) and out.loc["a", "rose"] == 1.0
+    assert out.loc["b", "gain"] == pytest.approx(-0.05) and out.loc["b", "rose"] == 0.0

@@ -92,3 +92,28 @@ def test_report_aggregates_across_tasks(tmp_path):
     assert cells[("SEED", "n_tasks")]["mean"] == 3.0
     assert cells[("GRPO", "iqm")]["ci_low"] <= cells[("GRPO", "iqm")]["mean"]
     assert (tmp_path / "figures" / "performance_profiles.png").stat().st_size > 5_000
+
+
+def test_index_states_the_gain_over_the_warm_start_per_row(tmp_path):
+    from analysis.stats import t_ci
+
+    runs = fake_runs({"grpo": 0.5, "seed": 0.7}, envs=("household",), seeds=(0, 1, 2))
+    gains = {0: 0.10, 1: 0.05, 2: -0.03}
+    rows = []
+    for run_id, method, seed in zip(runs["run_id"], runs["method"], runs["seed"]):
+        rise = gains[seed] if method == "grpo" else 0.0
+        rows += [(run_id, "eval/eval_unseen/success", 0, 0.30),
+                 (run_id, "eval/eval_unseen/success", 10, 0.30 + rise)]
+    hist = pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
+    inputs = ReportInputs.from_frames(runs, histories=hist, n_boot=50)
+    text = build_report(inputs, tmp_path / "report", "demo", "abc").read_text()
+    low, high = t_ci([100 * g for g in gains.values()])
+    assert (f"- GRPO (Household): +4.0 points [{low:+.1f}, {high:+.1f}] from 30.0% to 34.0%; "
+            "rose on 2 of 3 seeds") in text
+    assert "- SEED (Household): +0.0 points [+0.0, +0.0] from 30.0% to 30.0%; rose on 0 of 3 seeds" in text
+    assert (tmp_path / "report" / "tables" / "warm_start_gain.md").is_file()
+    # without an evaluation at step 0 there is no gain to state, and the index says why
+    late = hist.assign(step=hist["step"] + 5)
+    text = build_report(ReportInputs.from_frames(runs, histories=late, n_boot=50),
+                        tmp_path / "late", "demo", "abc").read_text()
+    assert "- not measured: no run was evaluated both at step 0 and after RL steps" in text
