@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=32, help="eval_seen tasks played per run")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field of examples/household_small.yaml (repeatable), "
+                             "e.g. env.action_format=numbered with stages.warm_start.checkpoint=DIR")
     args = parser.parse_args(argv)
 
     import torch
@@ -38,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         reuse_prefixes = GenerationBackend.reuse_prefixes
 
     torch.set_num_threads(args.threads)
-    cfg = resolve(load_config(ROOT / "examples" / "household_small.yaml", ["model.device=cpu"]))
+    cfg = resolve(load_config(ROOT / "examples" / "household_small.yaml", ["model.device=cpu", *args.overrides]))
     ctx = build_context(cfg, init_from=str(bundle_path(cfg.stages.warm_start.checkpoint)))
     tasks = ctx.prompt_env.panel("eval_seen")[: args.tasks]
     print(f"{len(tasks)} episodes, env {cfg.env.name} ({cfg.env.level}), context {cfg.env.context}, "

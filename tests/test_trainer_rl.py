@@ -382,3 +382,25 @@ def test_opsd_matches_distributions_on_the_teachers_topk(base_ctx, restore, monk
     assert seen[0].topk_logp is None and "opd/topk_mass" not in metrics
     with pytest.raises(ConfigError, match="algo.opsd_top_k: distribution matching"):
         resolve(load_config(MICRO, ["algo.method=grpo_opsd", "algo.teacher=old"]))
+
+
+def test_the_rl_step_scores_the_policy_at_its_rollout_temperature(base_ctx, restore, monkeypatch):
+    """Old, reference, teacher and current log-probs all score softmax(logits / T) for the
+    rollout temperature T (as verl does), so the ratio is 1 on the first minibatch and the
+    update optimises the policy that sampled the batch."""
+    from trainer.scoring import score_trajectories
+
+    ctx = variant(base_ctx, "seed", "writer.kind=oracle", "rollout.temperature=0.6",
+                  "algo.kl_coef=0.01")
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    mask = batch.old.mask.bool()
+    at_t = lambda **kw: score_trajectories(ctx.model, ctx.builder, batch.trajectories,
+                                           batch.rollout_skills, **kw)[0].logp
+    torch.testing.assert_close(batch.old.logp[mask], at_t(temperature=0.6)[mask])
+    assert not torch.allclose(batch.old.logp[mask], at_t()[mask])
+    torch.testing.assert_close(batch.logp_ref[mask], batch.old.logp[mask])  # same weights at step 1
+    seen = capture_losses(monkeypatch)
+    rl.update(ctx, batch, 1, rl.PhaseTimer())
+    first = seen[0]
+    m = first.mask.bool()
+    torch.testing.assert_close(first.logp[m].detach(), first.logp_old[m])  # ratio 1 before any step

@@ -83,6 +83,24 @@ def test_logprobs_match_a_direct_log_softmax(tokenizer, model):
     assert (logp[0, 6:] < 0).all() and (ent[0, 6:] > 0).all()
 
 
+@pytest.mark.parametrize("temperature", [0.7, 1.3])
+def test_logprobs_at_a_rollout_temperature_are_those_of_the_sampling_policy(tokenizer, model,
+                                                                            temperature):
+    ids = encode(tokenizer, "Location 1: a mug 1. <action>go to shelf 2</action>")
+    mask = [0] * 6 + [1] * (len(ids) - 6)
+    seq = TokenSequence(tuple(ids), tuple(mask), tuple(-1 if m == 0 else 0 for m in mask))
+    logp, ent = sequence_logprobs(model, [seq], temperature=temperature)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()  # [L, V]
+    scaled, plain = torch.log_softmax(logits / temperature, -1), torch.log_softmax(logits, -1)
+    for j in range(6, len(ids)):
+        torch.testing.assert_close(logp[0, j], scaled[j - 1, ids[j]])
+        torch.testing.assert_close(ent[0, j], -(scaled[j - 1].exp() * scaled[j - 1]).sum())
+    assert not torch.allclose(logp[0, 6:], plain[5:-1].gather(-1, torch.tensor(ids[6:])[:, None])[:, 0])
+    greedy, _ = sequence_logprobs(model, [seq], temperature=0.0)  # greedy rollouts score at 1
+    torch.testing.assert_close(greedy, sequence_logprobs(model, [seq])[0])
+
+
 def test_batched_equals_looped(tokenizer, model):
     builder = SampleBuilder(tokenizer, FakeEnv(), "window", history_window=2)
     seqs = builder.build_batch([make_traj(tokenizer, n, seed=n) for n in (1, 4, 2)])

@@ -126,7 +126,8 @@ class RolloutConfig:
     group_size: int = field(default=8, metadata={"ge": 1})
     # Tasks per RL step (the batch is tasks_per_step * group_size trajectories).
     tasks_per_step: int = field(default=4, metadata={"ge": 1})
-    # Sampling temperature of rollouts.
+    # Sampling temperature of rollouts; the RL step scores the policy at it (softmax(logits / T),
+    # as verl does), so the update optimises the policy that sampled the batch.
     temperature: float = field(default=1.0, metadata={"ge": 0.0})
     # Nucleus-sampling mass of rollouts.
     top_p: float = field(default=1.0, metadata={"gt": 0.0, "le": 1.0})

@@ -147,7 +147,7 @@ def skill_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None
 def _score(ctx: Context, model, trajectories, skills, grad=False, entropy=False) -> tuple[ActionBatch, list]:
     """Scored [B, T] action tokens and the sequences they came from."""
     return score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=16, grad=grad,
-                              with_entropy=entropy)
+                              with_entropy=entropy, temperature=ctx.cfg.rollout.temperature)
 
 
 def _teacher_logp(ctx: Context, model, batch: StepBatch, context: str, student_seq, rows=None) -> torch.Tensor:
@@ -168,7 +168,8 @@ def _teacher_scores(ctx: Context, model, batch: StepBatch, context: str, student
     student = batch.rollout_skills or [None] * len(batch.trajectories)
     teacher, teacher_seq = score_trajectories(
         model, ctx.builder, [batch.trajectories[i] for i in rows], [student[i] for i in rows],
-        micro_batch=16, added_skills=[added[i] for i in rows], with_entropy=False, top_k=top_k)
+        micro_batch=16, added_skills=[added[i] for i in rows], with_entropy=False, top_k=top_k,
+        temperature=ctx.cfg.rollout.temperature)
     assert_same_actions(student_seq, teacher_seq)
     return teacher
 
@@ -263,7 +264,8 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
             support = _teacher_scores(ctx, ctx.model, batch, spec.skills[0], student_seq, rows, top_k)
     cur, cur_seq = score_trajectories(ctx.model, ctx.builder, trajs, skills, micro_batch=16, grad=True,
                                       with_entropy=False, sequences=student_seq,
-                                      support=None if support is None else support.topk_ids)
+                                      support=None if support is None else support.topk_ids,
+                                      temperature=cfg.rollout.temperature)
     width = cur.logp.shape[1]
     index = torch.tensor(rows, device=cur.logp.device)
     take = lambda x: None if x is None else x[index, :width]

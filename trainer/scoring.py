@@ -76,7 +76,7 @@ class TopK:
 
 def _score_micro_batch(
     model: PreTrainedModel, batch: Sequence[TokenSequence], with_entropy: bool, head_chunk: int,
-    topk: TopK | None = None, rows: Sequence[int] = (),
+    topk: TopK | None = None, rows: Sequence[int] = (), temperature: float = 1.0,
 ):
     """logp, entropy [n, L] for one right-padded micro-batch (zeros off the action mask), and
     with ``topk`` the [n, L, k] (log-probs, ids) it asks for (ids None in gather mode).
@@ -92,7 +92,7 @@ def _score_micro_batch(
     parts = [
         _head_logprobs(model, states[i : i + head_chunk], targets[i : i + head_chunk], with_entropy,
                        topk.k if topk is not None else 0,
-                       None if support is None else support[i : i + head_chunk])
+                       None if support is None else support[i : i + head_chunk], temperature)
         for i in range(0, max(len(targets), 1), head_chunk)
     ]  # one (empty) chunk if K = 0
     token_logp = torch.cat([p[0] for p in parts])  # [K]
@@ -106,12 +106,16 @@ def _score_micro_batch(
 
 def _head_logprobs(
     model: PreTrainedModel, states: torch.Tensor, targets: torch.Tensor, with_entropy: bool,
-    top_k: int = 0, support: torch.Tensor | None = None,
+    top_k: int = 0, support: torch.Tensor | None = None, temperature: float = 1.0,
 ):
-    """LM head + float32 log_softmax on scored positions: states [k, H], targets [k] ->
+    """LM head + float32 log_softmax of logits / ``temperature`` on scored positions
+    (the policy that samples at that temperature, as verl scores it): states [k, H], targets [k] ->
     (log pi(target) [k], entropy [k] or None, then with ``support`` [k, K] the log-probs of
     those ids [k, K], or with ``top_k`` the top-k log-probs and ids [k, top_k])."""
-    logprobs = torch.log_softmax(model.get_output_embeddings()(states).float(), dim=-1)  # [k, V]
+    logits = model.get_output_embeddings()(states).float()  # [k, V]
+    if temperature != 1.0:
+        logits = logits / temperature
+    logprobs = torch.log_softmax(logits, dim=-1)  # [k, V]
     token_logp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [k]
     entropy = -(logprobs.exp() * logprobs).sum(-1) if with_entropy else None
     if support is not None:
@@ -142,9 +146,12 @@ def sequence_logprobs(
     with_entropy: bool = True,
     head_chunk: int = 4096,
     topk: TopK | None = None,
+    temperature: float = 1.0,
 ):
     """Log-probs and entropies of the scored tokens of ``batch``; with ``topk`` a third
     item, ``(log-probs [N, L, k], ids [N, L, k] or None)`` (see :class:`TopK`).
+    ``temperature``: score the policy softmax(logits / temperature), the one a rollout at
+    that temperature samples from (0, greedy, scores at 1).
 
     Returns ``(logp [N, L], entropy [N, L] or None)`` in float32, L = the longest sequence,
     zeros off each sequence's ``action_mask``.  Sequences are grouped by length into
@@ -159,6 +166,7 @@ def sequence_logprobs(
         raise ValueError(
             f"micro_batch and head_chunk must be >= 1, got {micro_batch}, {head_chunk}"
         )
+    temperature = temperature if temperature > 0 else 1.0
     width = max(len(s) for s in batch)
     order = sorted(range(len(batch)), key=lambda i: -len(batch[i]))
     logps, ents = [None] * len(batch), [None] * len(batch)
@@ -167,7 +175,7 @@ def sequence_logprobs(
         for start in range(0, len(order), micro_batch):
             rows = order[start : start + micro_batch]
             logp, ent, extra = _score_micro_batch(
-                model, [batch[i] for i in rows], with_entropy, head_chunk, topk, rows
+                model, [batch[i] for i in rows], with_entropy, head_chunk, topk, rows, temperature
             )
             for k, i in enumerate(rows):
                 logps[i] = _pad_to(logp[k], width)
@@ -265,6 +273,7 @@ def score_trajectories(
     top_k: int = 0,
     support: torch.Tensor | None = None,
     sequences: list[TokenSequence] | None = None,
+    temperature: float = 1.0,
 ) -> tuple[ActionBatch, list[TokenSequence]]:
     """Build (with ``skills`` spliced in, None = student context), score and collate.
     ``added_skills`` (a teacher's) go on top of ``skills`` with the history ``skills``
@@ -273,6 +282,7 @@ def score_trajectories(
     (``topk_ids``/``topk_logp``); ``support`` [B, T, k]: also the log-probs of those ids
     (``topk_logp``, differentiable with ``grad``).  ``sequences``: the ones
     ``builder.build_batch(trajectories, skills, added_skills)`` gives, when already built.
+    ``temperature``: the rollout temperature (:func:`sequence_logprobs`).
 
     Returns the [B, T] :class:`ActionBatch` and the sequences (for
     :func:`trainer.samples.assert_same_actions` between teacher and student)."""
@@ -286,7 +296,8 @@ def score_trajectories(
     elif top_k:
         topk = TopK(k=top_k)
     scored = sequence_logprobs(
-        model, sequences, micro_batch, grad=grad, with_entropy=with_entropy, topk=topk
+        model, sequences, micro_batch, grad=grad, with_entropy=with_entropy, topk=topk,
+        temperature=temperature,
     )
     logp, entropy, *extra = scored
     return collate_actions(sequences, logp, entropy, len(trajectories),
