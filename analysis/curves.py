@@ -77,12 +77,9 @@ def metric_curves(histories: pd.DataFrame, runs: pd.DataFrame, keys_of: pd.Serie
     """Curves of one metric per run: ``keys_of`` maps run_id -> tuple of history keys whose
     per-step mean is the run's value (e.g. the eval split's success, or the QA datasets).
     Returns ``by..., step, n, mean, low, high, env_steps, tokens``."""
-    want = pd.DataFrame([(r, k) for r, ks in keys_of.items() for k in ks],
-                        columns=["run_id", "key"])
-    hist = histories.merge(want, on=["run_id", "key"])
-    if hist.empty:
+    per_step = _per_step(histories, keys_of)
+    if per_step.empty:
         return pd.DataFrame(columns=[*by, "step", *BAND_COLUMNS, "env_steps", "tokens"])
-    per_step = hist.groupby(["run_id", "step"], as_index=False)["value"].mean()
     per_step = per_step.merge(budgets(histories, runs), on=["run_id", "step"], how="left")
     start = per_step["step"] == 0  # evaluated before any training step: no budget spent
     per_step.loc[start, ["env_steps", "tokens"]] = per_step.loc[start, ["env_steps", "tokens"]
@@ -92,21 +89,23 @@ def metric_curves(histories: pd.DataFrame, runs: pd.DataFrame, keys_of: pd.Serie
 
 
 def eval_gain(histories: pd.DataFrame, keys_of: pd.Series) -> pd.DataFrame:
-    """Per run, its evaluation before RL against its last one: ``run_id, first_step,
-    first, last_step, last, gain, rose`` (``gain`` = last - first, ``rose`` = 1.0 when the
+    """Per run, its evaluation before RL against its last one: ``run_id, first,
+    last_step, last, gain, rose`` (``gain`` = last - first, ``rose`` = 1.0 when the
     last is above the first).  ``keys_of`` as in :func:`metric_curves`; only runs evaluated
     at step 0 (before any RL step, i.e. the warm start) and at a later step are kept."""
-    columns = ["run_id", "first_step", "first", "last_step", "last", "gain", "rose"]
+    rows = []
+    for run_id, part in _per_step(histories, keys_of).sort_values("step").groupby("run_id"):
+        if part["step"].iloc[0] != 0 or len(part) < 2:
+            continue
+        first, last = float(part["value"].iloc[0]), float(part["value"].iloc[-1])
+        rows.append((run_id, first, int(part["step"].iloc[-1]), last, last - first,
+                     float(last > first)))
+    return pd.DataFrame(rows, columns=["run_id", "first", "last_step", "last", "gain", "rose"])
+
+
+def _per_step(histories: pd.DataFrame, keys_of: pd.Series) -> pd.DataFrame:
+    """``run_id, step, value``: per run and step, the mean of the run's ``keys_of`` keys."""
     want = pd.DataFrame([(r, k) for r, ks in keys_of.items() for k in ks],
                         columns=["run_id", "key"])
     hist = histories.merge(want, on=["run_id", "key"])
-    per_step = hist.groupby(["run_id", "step"], as_index=False)["value"].mean()
-    rows = []
-    for run_id, part in per_step.sort_values("step").groupby("run_id", sort=True):
-        if part["step"].iloc[0] != 0 or len(part) < 2:
-            continue
-        first, last = part.iloc[0], part.iloc[-1]
-        gain = float(last["value"] - first["value"])
-        rows.append((run_id, 0, float(first["value"]), int(last["step"]), float(last["value"]),
-                     gain, float(gain > 0)))
-    return pd.DataFrame(rows, columns=columns)
+    return hist.groupby(["run_id", "step"], as_index=False)["value"].mean()

@@ -149,11 +149,11 @@ def error_turn(episode: Episode) -> int | None:
     :func:`first_unrecovered_error` over its distance trace d_0 .. d_T."""
     return first_unrecovered_error(episode.distances, episode.success)
 
-# verl-agent's ALFWorld prompt (the one SEED, ETRO and GiGPO train with) ends every
-# observation with this line; history and analyzer prompts keep only the part before it.
 # How a policy writes its action: the action's text, or the number of a listed action.
 ACTION_FORMATS = ("text", "numbered")
 
+# verl-agent's ALFWorld prompt (the one SEED, ETRO and GiGPO train with) ends every
+# observation with this line; history and analyzer prompts keep only the part before it.
 ADMISSIBLE_HEADER = "\nYour admissible actions of the current situation are: "
 
 

@@ -157,8 +157,9 @@ class HouseholdEnv(TextEnv):
     def response_for(self, action: str, think: str = "") -> str:
         """In the numbered format a listed command is written as its number; an unlisted
         one (a demonstrator's plausible mistake) stays text, which is invalid there too."""
-        if self.numbered and action in self._facts().actions:
-            action = str(self._facts().actions.index(action) + 1)
+        listed = self._facts().actions if self.numbered else ()
+        if action in listed:
+            action = str(listed.index(action) + 1)
         return format_response(action, think)
 
     def admissible_actions(self) -> list[str]:
