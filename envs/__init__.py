@@ -55,16 +55,18 @@ def has_admissible_switch(name: str) -> bool:
 
 
 def env_options(name: str, level: str = "", show_admissible: bool | None = None,
-                action_format: str = "text", **options) -> dict:
-    """Keyword options for :func:`make`: ``level``, ``show_admissible`` and a non-text
-    ``action_format`` are passed only to the envs that have them (an empty level or None
-    means the env's default)."""
+                action_format: str = "text", images: bool = False, **options) -> dict:
+    """Keyword options for :func:`make`: ``level``, ``show_admissible``, a non-text
+    ``action_format`` and ``images`` are passed only to the envs that have them (an empty
+    level or None means the env's default)."""
     if level and len(env_class(name).levels) > 1:
         options["level"] = level
     if show_admissible is not None and has_admissible_switch(name):
         options["show_admissible"] = show_admissible
     if action_format != "text" and has_option(name, "action_format"):
         options["action_format"] = action_format
+    if images and has_option(name, "images"):
+        options["images"] = True
     return options
 
 

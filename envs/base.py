@@ -72,6 +72,8 @@ class Turn:
     distance_before: int | None
     distance_after: int | None
     info: Mapping[str, Any] = field(default_factory=dict)
+    # the image of ``observation`` (a PIL image) when the env renders images, else None
+    image: Any = None
 
 
 @dataclass
@@ -205,6 +207,9 @@ class TextEnv(abc.ABC):
     splits: tuple[str, ...] = ("train",)
     # Sizes of the domain (``env.level``); the first is the default.
     levels: tuple[str, ...] = ("full",)
+    # Whether observations come with an image (:meth:`image`); envs that render set it
+    # from their ``images`` option.
+    images: bool = False
 
     def __init__(self, max_turns: int = 0, invalid_penalty: float = 0.0):
         self.max_turns = max_turns or self.default_max_turns
@@ -263,6 +268,10 @@ class TextEnv(abc.ABC):
         """The admissible actions in the current state, where the domain has them."""
         return None
 
+    def image(self):
+        """The current observation as an image (PIL) for envs that render one; None here."""
+        return None
+
     # -- privileged facts --------------------------------------------------------------
     @abc.abstractmethod
     def state_key(self) -> str:
@@ -318,6 +327,7 @@ def play_turn(env: TextEnv, observation: str, response: str) -> tuple[Turn, Step
     """Apply ``response`` in ``env`` (whose current observation is ``observation``) and
     record the turn with the privileged facts before and after it."""
     key, d_before = env.state_key(), env.distance_to_goal()
+    image = env.image() if env.images else None
     result = env.step(response)
     info = dict(result.info)
     turn = Turn(
@@ -331,6 +341,7 @@ def play_turn(env: TextEnv, observation: str, response: str) -> tuple[Turn, Step
         distance_before=d_before,
         distance_after=env.distance_to_goal(),
         info=info,
+        image=image,
     )
     return turn, result
 

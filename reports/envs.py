@@ -12,7 +12,11 @@ role and which paper columns (:data:`KIND_ROLES`) the env has:
 * ``shop`` (built-in, WebShop-like) -> "Shop"; ``webshop`` (adapter) -> "WebShop", split
   ``test``; both give a score and a success column;
 * ``searchqa`` (built-in) and ``searchr1`` (adapter) -> one column per QA dataset (each
-  dataset is an eval split) and their macro average.
+  dataset is an eval split) and their macro average;
+* ``sokoban`` -> "Sokoban" (level ``1box`` is its default and unnamed, ``2box`` ->
+  "Sokoban-2box") and ``ezpoints`` -> "EZPoints", split ``eval``;
+* :data:`ACROSS_ENVS` -> "Avg.": not an env but a layout's column of per-seed averages over
+  the envs of a table (SEED's multimodal table, "Sokoban / EZPoints / Avg.").
 
 An env name not in the registry still gets a success column (its first ``eval/<split>/
 success`` metric), labelled with its name, so that a new adapter is never silently dropped.
@@ -45,7 +49,8 @@ class EnvInfo:
     ``kind`` picks the columns (KIND_ROLES); ``eval_splits`` lists the splits that stand for
     the env's held-out panel in preference order (the first with data is used);
     ``datasets`` are (split, column label) pairs of a QA env; ``levels`` maps an
-    ``env.level`` value to the suffix of the display name (``small`` -> "-S").
+    ``env.level`` value to the suffix of the display name (``small`` -> "-S");
+    ``default_level``: the env's default level, which, like full size, is not named.
     """
 
     name: str
@@ -54,12 +59,13 @@ class EnvInfo:
     eval_splits: tuple[str, ...] = ()
     datasets: tuple[tuple[str, str], ...] = ()
     levels: Mapping[str, str] = field(default_factory=dict)
+    default_level: str = ""
 
     def label(self, level: object = None) -> str:
         """Display name with the level suffix ("Household-S"); full size has none."""
         text = "" if level is None or (isinstance(level, float) and math.isnan(level)) \
             else str(level)
-        if text.lower() in _FULL_LEVELS:
+        if text.lower() in _FULL_LEVELS or text == self.default_level:
             return self.display
         return f"{self.display}-{self.levels.get(text, text)}"
 
@@ -73,7 +79,12 @@ ENVS: dict[str, EnvInfo] = {info.name: info for info in (
     EnvInfo("webshop", "WebShop", "shop", ("test", "eval")),
     EnvInfo("searchqa", "Search QA", "searchqa", datasets=SEARCHQA_DATASETS),
     EnvInfo("searchr1", "Search-R1 QA", "searchqa", datasets=SEARCHQA_DATASETS),
+    EnvInfo("sokoban", "Sokoban", "generic", ("eval",), default_level="1box"),
+    EnvInfo("ezpoints", "EZPoints", "generic", ("eval",)),
+    EnvInfo("average", "Avg.", "generic"),
 )}
+# The pseudo env of a layout's cross-env average column (registered last: it sorts last).
+ACROSS_ENVS = "average"
 ENV_ORDER = tuple(ENVS)
 
 

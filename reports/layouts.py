@@ -30,6 +30,10 @@ Layouts (ETRO = etro-paper.md, SEED = seed-review.txt):
 * ``etro_branches`` -- ETRO Table 2 (skill selection and branch combination); baseline GRPO.
 * ``etro_suffix`` -- ETRO Table 3 (suffix supervision and boundary selection); vs ETRO.
 * ``etro_alpha`` -- ETRO Table 4: post-error weight alpha x suffix skill; alpha = 0 is ETRO.
+* ``seed_multimodal`` -- SEED's multimodal table (review, "Multimodal Extension"): GRPO and
+  SEED on Sokoban and EZPoints and their average ("Sokoban / EZPoints / Avg."); the
+  average is taken per seed over the envs (a seed counts where it ran on every env), then
+  summarised like any column, paired by seed against GRPO.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import pandas as pd
 from analysis.diagnostics import Skipped
 from analysis.stats import CI_METHODS, MIN_PAIRED, summarize
 from reports.envs import (
+    ACROSS_ENVS,
     KIND_ROLES,
     LEVEL_PARAM,
     ROLE_LABELS,
@@ -247,12 +252,18 @@ def summarize_layout(runs: pd.DataFrame, layout: Layout, *, alpha: float = 0.05,
         return Skipped(layout.name, f"run frame lacks columns {need}")
     data = prepare_runs(runs)
     data = data[data["method"].isin(layout.methods)]
+    if layout.envs:
+        data = data[data["env"].astype(str).isin(layout.envs)]
     if data.empty or set(data["method"]) == {layout.baseline}:
         return Skipped(layout.name, f"no runs of methods {list(layout.methods)}"
                        + (f" besides the baseline {layout.baseline}" if len(data) else ""))
     metrics = [m for m in table_metrics(data) if m.role in layout.roles]
     base = baseline_map(data, layout.baseline)
     parts = [_summarize_metric(data, m, base, alpha, ci, n_boot, seed) for m in metrics]
+    if layout.average:
+        mean = across_envs(data)
+        metric = Metric(f"{ACROSS_ENVS}.success", ACROSS_ENVS, (FINAL_SUCCESS,), "Avg.", "Succ.", "success")
+        parts.append(_summarize_metric(mean, metric, base, alpha, ci, n_boot, seed) if len(mean) else None)
     parts = [p for p in parts if p is not None]
     if not parts:
         return Skipped(layout.name, f"runs of {sorted(set(data['method']))} (envs "
@@ -263,6 +274,30 @@ def summarize_layout(runs: pd.DataFrame, layout: Layout, *, alpha: float = 0.05,
                                                          for k, _ in ps)]) if p in data.columns]
     info = info[["method", "variant_params", *extra]]
     return pd.concat(parts, ignore_index=True).merge(info, left_on="variant", right_index=True)
+
+
+def across_envs(data: pd.DataFrame) -> pd.DataFrame:
+    """One pseudo run per (backbone, variant, seed) that ran on every env key of ``data``:
+    its FINAL_SUCCESS (and the metric column ``average.success``) is the mean over those
+    envs' runs (runs of one seed and env averaged first), ``env`` / ``env_key`` is
+    :data:`ACROSS_ENVS` and ``run_id`` joins the runs it averages.  Empty when fewer than two
+    env keys ran."""
+    keys = sorted(set(data["env_key"]))
+    if len(keys) < 2:
+        return data.iloc[:0]
+    per_env = (data.groupby(["backbone", "variant", "seed", "env_key"], sort=False)
+               .agg(value=(FINAL_SUCCESS, "mean"), run_id=("run_id", lambda s: ",".join(sorted(s))),
+                    method=("method", "first"), variant_params=("variant_params", "first"))
+               .reset_index())
+    per_env = per_env.dropna(subset=["value"])
+    full = per_env.groupby(["backbone", "variant", "seed"])["env_key"].transform("nunique") == len(keys)
+    rows = (per_env[full].groupby(["backbone", "variant", "seed"], sort=False)
+            .agg(value=("value", "mean"), run_id=("run_id", ",".join), method=("method", "first"),
+                 variant_params=("variant_params", "first"))
+            .reset_index())
+    key = f"{ACROSS_ENVS}.success"
+    return rows.assign(env=ACROSS_ENVS, env_key=ACROSS_ENVS, **{FINAL_SUCCESS: rows["value"],
+                                                              key: rows["value"]}).drop(columns="value")
 
 
 def baseline_map(data: pd.DataFrame, baseline: str | None) -> dict[str, str]:
@@ -316,6 +351,10 @@ class Layout:
     roles: tuple[str, ...]
     builder: Callable[[Layout, pd.DataFrame], Table | Skipped]
     labels: Mapping[str, str] = field(default_factory=dict)
+    # the env names the table covers (empty: every env the study ran)
+    envs: tuple[str, ...] = ()
+    # add the per-seed average of the envs' success as a last column ("Avg.")
+    average: bool = False
 
     def table(self, summary: pd.DataFrame | Skipped) -> Table | Skipped:
         """The table model from this layout's summary (a Skipped passes through)."""
@@ -510,6 +549,9 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     Layout("etro_alpha", "Post-error OPD weight α × suffix skill (ETRO Table 4; %)",
            ("etro", "etro_suffix_positive", "etro_suffix_negative"), "etro", HEADLINE,
            alpha_table),
+    Layout("seed_multimodal", "Multimodal agents (SEED review, Multimodal Extension; success %)",
+           ("grpo", "seed"), "grpo", ("success",), method_table, envs=("sokoban", "ezpoints"),
+           average=True),
 )}
 
 

@@ -42,8 +42,19 @@ def test_etro_appendix_b_hyperparameters():
     assert sorted({t.cfg.algo.suffix_weight for t in expand(alpha)}) == [0.25, 0.5, 1.0]
 
 
+def test_seed_multimodal_study_runs_the_reviews_grid_on_images():
+    study = load_study(EXAMPLES / "papers" / "seed_multimodal.yaml")
+    trials = expand(study)
+    assert {(t.cfg.env.name, t.cfg.algo.method) for t in trials} == {
+        (e, m) for e in ("sokoban", "ezpoints") for m in ("grpo", "seed")}
+    assert len(trials) == 12
+    base = study.base
+    assert base.model.backbone == "Qwen/Qwen2.5-VL-3B-Instruct" and base.env.images
+    assert (base.algo.lr, base.algo.beta_opd, base.rollout.group_size) == (1e-6, 5.0, 8)
+
+
 @pytest.mark.parametrize("name", ["seed_table5_alfworld.yaml", "etro_appendix_b_webshop.yaml",
-                                  "etro_alpha_sweep.yaml"])
+                                  "etro_alpha_sweep.yaml", "seed_multimodal.yaml"])
 def test_paper_studies_set_lambda_opd_per_method(name):
     """No shared lambda_opd in a paper study's base: each method runs at its own paper value
     (a base 0.001 made GRPO+OPSD run at ETRO's coefficient)."""
@@ -81,18 +92,27 @@ _TEXT_GAMES_TEST_SIZE = [
 ]
 
 
-@pytest.mark.parametrize("env, method", [("sokoban", "etro"), ("ezpoints", "seed")])
-def test_text_games_example_runs_one_rl_step_end_to_end(tmp_path, env, method):
+_IMAGES = ["model.backbone=tiny-vl", "env.images=true", "model.max_image_tokens=16"]
+
+
+@pytest.mark.parametrize("env, method, images", [("sokoban", "etro", False), ("ezpoints", "seed", False),
+                                                 ("sokoban", "seed", True)])
+def test_text_games_example_runs_one_rl_step_end_to_end(tmp_path, env, method, images):
     """Sokoban and EZPoints train through the real trainer on their text renderings (issue
-    15, item 3), with the oracle writer (ETRO) and the self writer (SEED)."""
+    15, item 3), with the oracle writer (ETRO) and the self writer (SEED); and on sokoban's
+    images with the tiny vision-language backbone (item 2: warm start, Stage 1 and a SEED
+    step whose rollouts, teacher and student read the images)."""
     from trainer.config import load_config
     from trainer.run import train
     from trainer.tracking import make_client
 
     cfg = load_config(EXAMPLES / "text_games_small.yaml", [
-        f"env.name={env}", f"algo.method={method}", *_TEXT_GAMES_TEST_SIZE,
+        f"env.name={env}", f"algo.method={method}", *_TEXT_GAMES_TEST_SIZE, *(_IMAGES if images else []),
         f"output.dir={tmp_path / 'out'}", f"tracking.uri=sqlite:///{tmp_path / 'mlruns.db'}"])
     result = train(cfg, progress=False)
     run = make_client(cfg.tracking.uri).get_run(result.run_id)
     assert run.info.status == "FINISHED"
     assert {"loss/total", "train/success", "eval/eval/success"} <= set(run.data.metrics)
+    if images:
+        assert run.data.metrics["perf/image_tokens"] > 0  # the step's contexts held images
+        assert run.data.params["model.backbone"] == "tiny-vl"

@@ -199,6 +199,8 @@ def test_ablation_rows_read_full_then_param():
     ("household", "full", "eval_unseen", "Household"),
     ("webshop", None, "test", "WebShop"),
     ("mygym", None, "holdout", "mygym"),
+    ("sokoban", "1box", "eval", "Sokoban"),
+    ("sokoban", "2box", "eval", "Sokoban-2box"),
 ])
 def test_env_registry_columns(env, level, split, group):
     runs = fake_runs({"grpo": 0.5, "seed": 0.7}, envs=("household",))
@@ -225,3 +227,32 @@ def test_rows_name_a_writer_that_is_not_the_methods_own():
     assert "ETRO (writer=frozen)" in {r.labels[0] for r in table.sections[0].rows}
     assert set(add_variants(runs.drop(columns="method_writer"))["variant"]) == {
         "grpo", "etro", "seed"}
+
+
+def test_multimodal_table_averages_the_two_envs_per_seed():
+    """SEED's multimodal table: Sokoban, EZPoints, then their per-seed average, paired by
+    seed against GRPO; only the seeds that ran on both envs enter the average, and the
+    layout ignores the study's other envs."""
+    sok = fake_runs({"grpo": 0.6, "seed": 0.8}, envs=("sokoban",))
+    ez = fake_runs({"grpo": 0.8, "seed": 0.9}, envs=("ezpoints",))
+    house = fake_runs({"grpo": 0.3, "seed": 0.4}, envs=("household",))
+    ez = ez[~((ez["method"] == "seed") & (ez["seed"] == 2))]  # seed 2 of SEED missed EZPoints
+    layout = LAYOUTS["seed_multimodal"]
+    summary = summarize_layout(pd.concat([sok, ez, house], ignore_index=True), layout, n_boot=N_BOOT)
+    table = layout.table(summary)
+    assert [(c.group, c.label) for c in table.columns] == [
+        ("Sokoban", "Succ."), ("EZPoints", "Succ."), ("Avg.", "Succ.")]
+    rows = {r.labels[0]: r.cells for r in table.sections[0].rows}
+    assert list(rows) == ["GRPO", "SEED"]
+    avg = rows["SEED"]["average.success"]
+    assert avg.n == 2 and avg.n_paired == 2
+    both = pd.concat([sok, ez])
+    seed_runs = both[(both["method"] == "seed") & both["seed"].isin([0, 1])]
+    assert avg.mean == pytest.approx(seed_runs.groupby("seed")["eval/eval/success"].mean().mean())
+    assert rows["GRPO"]["average.success"].mean == pytest.approx(0.7)
+    assert rows["GRPO"]["average.success"].n == 3
+
+
+def test_multimodal_table_is_skipped_without_its_envs():
+    runs = fake_runs({"grpo": 0.5, "seed": 0.7}, envs=("household",))
+    assert isinstance(summarize_layout(runs, LAYOUTS["seed_multimodal"]), Skipped)

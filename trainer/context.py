@@ -25,6 +25,7 @@ from trainer.config import RunConfig, model_folder
 from trainer.models import load_model, load_pretrained, resolve_device, resolve_dtype
 from trainer.samples import SampleBuilder, analyzer_prompt, analyzer_target
 from trainer.shapes import uses_local_tokenizer
+from trainer.vision import VisionCodec, is_vision_model
 from trainer.writers import (
     ExternalWriter,
     FrozenWriter,
@@ -67,7 +68,7 @@ class Context:
 
 def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
     options = envs.env_options(cfg.env.name, cfg.env.level, cfg.env.show_admissible,
-                               cfg.env.action_format, max_turns=cfg.env.max_turns,
+                               cfg.env.action_format, cfg.env.images, max_turns=cfg.env.max_turns,
                                invalid_penalty=cfg.env.invalid_penalty)
     return functools.partial(envs.make, cfg.env.name, **options)
 
@@ -136,11 +137,17 @@ def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
         local = uses_local_tokenizer(cfg.model.backbone)
         corpus = tokenizer_corpus(make_env, train_tasks[:TOKENIZER_EPISODES]) if local else None
         model, tokenizer = load_model(cfg.model, env_texts=corpus, seed=cfg.seed)
+    vision = None
+    if cfg.env.images:
+        if not is_vision_model(model):
+            raise ValueError(f"env.images: model {cfg.model.backbone!r} has no vision tower; use "
+                             f"backbone tiny-vl or a Qwen2-VL / Qwen2.5-VL path")
+        vision = VisionCodec(model.config, tokenizer, cfg.model.max_image_tokens)
     builder = SampleBuilder(tokenizer, prompt_env, cfg.env.context, cfg.env.history_window,
-                            cfg.model.max_prompt_tokens)
+                            cfg.model.max_prompt_tokens, vision)
     ctx = Context(cfg=cfg, spec=spec, make_env=make_env, prompt_env=prompt_env, model=model,
-                  tokenizer=tokenizer, builder=builder, backend=make_backend(cfg.model, model, tokenizer),
-                  train_tasks=train_tasks)
+                  tokenizer=tokenizer, builder=builder,
+                  backend=make_backend(cfg.model, model, tokenizer, vision), train_tasks=train_tasks)
     if cfg.writer.library and (spec.rollout_skill or spec.eval_skill or cfg.writer.kind == "static"):
         ctx.library = StaticWriter(load_library(cfg.writer.library))
     elif spec.rollout_skill or spec.eval_skill or (cfg.writer.kind == "static" and spec.library == "oracle"):

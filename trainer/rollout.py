@@ -5,7 +5,9 @@ Every active episode's next prompt is built by the run's :class:`~trainer.sample
 one batched call, and each sampled response is applied with :func:`envs.base.play_turn`.
 The backend may reuse each episode's encoded prefix from turn to turn
 (:meth:`~trainer.backend.GenerationBackend.reuse_prefixes`).
-The sampled token ids are kept with the turn: they are exactly what gets scored.
+The sampled token ids are kept with the turn: they are exactly what gets scored.  An env
+that renders images (``env.images``) shows each observation's image to a builder with a
+vision codec; the turn keeps it (:attr:`envs.base.Turn.image`) for scoring.
 """
 
 from __future__ import annotations
@@ -83,11 +85,15 @@ def collect(
     generated, turn_index = 0, 0
     with backend.reuse_prefixes():
         while active := [ep for ep in live if not ep.done]:
-            prompts = [builder.rollout_prompt(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill)
-                       for ep in active]
+            inputs = [builder.rollout_input(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill,
+                                            ep.env.image() if ep.env.images else None)
+                      for ep in active]
+            pictures = [images for _, images in inputs]
             outs = backend.generate(
-                prompts, max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-                top_p=sampling.top_p, seed=None if seed is None else seed + turn_index,
+                [prompt for prompt, _ in inputs], max_new_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature, top_p=sampling.top_p,
+                seed=None if seed is None else seed + turn_index,
+                images=pictures if any(pictures) else None,
             )
             for ep, out in zip(active, outs):
                 turn, ep.last = play_turn(ep.env, ep.observation, out.text)

@@ -105,12 +105,15 @@ class Trajectory:
 class TokenSequence:
     """One model input: ``input_ids`` [L] with ``action_mask`` [L] (1 = scored sampled
     token) and ``turn_ids`` [L] (turn index on scored tokens, -1 elsewhere); ``traj`` is the
-    row of the trajectory it belongs to."""
+    row of the trajectory it belongs to; ``images`` those its image placeholders stand for."""
 
     input_ids: tuple[int, ...]
     action_mask: tuple[int, ...]
     turn_ids: tuple[int, ...]
     traj: int = 0
+    # the images of the sequence's observations, in the order of their placeholders
+    # (:mod:`trainer.vision`); empty for text
+    images: tuple = ()
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -187,6 +190,7 @@ class _FullChat:
     skill: str | None
     observations: list[str]
     pairs: list[list[int]]
+    images: list = field(default_factory=list)  # of each observation (None: no image)
     first_user: dict[int, list[int]] = field(default_factory=dict)
     # a teacher's skill on top of ``skill``: spliced into the prompts, never deciding k_t
     added: str | None = None
@@ -198,6 +202,9 @@ class SampleBuilder:
 
     ``env`` supplies ``system_prompt``/``task_instruction``/``format_observation``.
     ``history_window`` is N of the window mode; ``max_prompt_tokens`` bounds every prompt.
+    ``vision`` (a :class:`trainer.vision.VisionCodec`): observations that have an image show
+    its placeholder before their text (the current one in ``window`` mode, every kept one in
+    ``full`` mode; the window history stays text) and sequences carry the images.
     """
 
     def __init__(
@@ -207,6 +214,7 @@ class SampleBuilder:
         context: str = "window",
         history_window: int = 2,
         max_prompt_tokens: int = 2048,
+        vision=None,
     ):
         if context not in CONTEXT_MODES:
             raise ValueError(f"unknown context {context!r}; valid: {', '.join(CONTEXT_MODES)}")
@@ -217,6 +225,7 @@ class SampleBuilder:
             )
         self.tokenizer, self.env, self.context = tokenizer, env, context
         self.history_window, self.max_prompt_tokens = history_window, max_prompt_tokens
+        self.vision = vision
         self._gen = encode(tokenizer, f"{IM_START}assistant\n")
         self._end = encode(tokenizer, f"{IM_END}\n")
         self._newline = encode(tokenizer, "\n")
@@ -231,18 +240,45 @@ class SampleBuilder:
         response_ids: Sequence[Sequence[int]],
         observation: str,
         skill: str | None = None,
+        image=None,
     ) -> list[int]:
         """Token ids of the prompt for the next turn, ending with ``<|im_start|>assistant\\n``.
 
         ``turns``/``response_ids``: the turns played so far and their sampled ids;
-        ``observation``: the current observation; ``skill``: spliced in when given
-        (Skill-Prompt baseline, teacher contexts)."""
+        ``observation``: the current observation (``image``: its image, shown with a
+        vision codec); ``skill``: spliced in when given (Skill-Prompt baseline, teacher
+        contexts)."""
+        return self.rollout_input(task, turns, response_ids, observation, skill, image)[0]
+
+    def rollout_input(
+        self,
+        task: Task,
+        turns: Sequence[Turn],
+        response_ids: Sequence[Sequence[int]],
+        observation: str,
+        skill: str | None = None,
+        image=None,
+    ) -> tuple[list[int], tuple]:
+        """:meth:`rollout_prompt` and the images its placeholders stand for, in order."""
         if len(turns) != len(response_ids):
             raise ValueError(f"{len(response_ids)} response id lists for {len(turns)} turns")
         if self.context == "window":
-            return self._window_prompt(task, turns, observation, skill)
-        chat = self._full_pieces(task, turns, response_ids, observation, skill)
-        return self._full_prefix(chat, self._full_start(chat, len(turns)), len(turns))
+            return (self._window_prompt(task, turns, observation, skill, image=image),
+                    self._shown((image,)))
+        chat = self._full_pieces(task, turns, response_ids, observation, skill, image)
+        start = self._full_start(chat, len(turns))
+        return self._full_prefix(chat, start, len(turns)), self._shown(chat.images[start:])
+
+    def _shown(self, images: Sequence) -> tuple:
+        """The images among ``images`` that the prompt shows (none without a codec)."""
+        return tuple(i for i in images if i is not None) if self.vision is not None else ()
+
+    def _observation(self, observation: str, image=None) -> str:
+        """An observation's message text: its image's placeholder (with a codec), its text."""
+        text = self.env.format_observation(observation)
+        if self.vision is None or image is None:
+            return text
+        return f"{self.vision.placeholder(image)}\n{text}"
 
     # -- scoring -------------------------------------------------------------------------
     def build(
@@ -294,11 +330,12 @@ class SampleBuilder:
         observation: str,
         skill: str | None,
         added: str | None = None,
+        image=None,
     ) -> list[int]:
         """The prompt with the most recent pairs that fit beside ``skill``; ``added`` is then
         spliced in with that same history."""
         task_text = self.env.task_instruction(task)
-        current = self.env.format_observation(observation)
+        current = self._observation(observation, image)
 
         def prompt_of(history: str, text: str | None) -> list[int]:
             user = message_ids(self.tokenizer, "user", task_message(task_text, current, text, history))
@@ -314,8 +351,9 @@ class SampleBuilder:
     def _window_sample(
         self, traj: Trajectory, t: int, skill: str | None, index: int, added: str | None = None
     ) -> TokenSequence:
+        image = traj.turns[t].image
         prompt = self._window_prompt(
-            traj.task, traj.turns[:t], traj.turns[t].observation, skill, added
+            traj.task, traj.turns[:t], traj.turns[t].observation, skill, added, image
         )
         response = list(traj.response_ids[t])
         return TokenSequence(
@@ -323,6 +361,7 @@ class SampleBuilder:
             (0,) * len(prompt) + (1,) * len(response),
             (-1,) * len(prompt) + (t,) * len(response),
             index,
+            self._shown((image,)),
         )
 
     # -- full mode -----------------------------------------------------------------------
@@ -333,18 +372,20 @@ class SampleBuilder:
         response_ids: Sequence[Sequence[int]],
         observation: str,
         skill: str | None,
+        image=None,
     ) -> _FullChat:
-        """Observations o_0..o_t (o_t = ``observation``) and the ids of each past pair i:
-        y_i + end-of-turn + user(o_{i+1}) + generation prompt."""
+        """Observations o_0..o_t (o_t = ``observation``, ``image`` its image) and the ids of
+        each past pair i: y_i + end-of-turn + user(o_{i+1}) + generation prompt."""
         observations = [t.observation for t in turns] + [observation]
+        images = [t.image for t in turns] + [image]
         pairs = [
             list(r)
             + self._end_of(r)
-            + message_ids(self.tokenizer, "user", self.env.format_observation(o))
+            + message_ids(self.tokenizer, "user", self._observation(o, i))
             + self._gen
-            for r, o in zip(response_ids, observations[1:])
+            for r, o, i in zip(response_ids, observations[1:], images[1:])
         ]
-        return _FullChat(task, skill, observations, pairs)
+        return _FullChat(task, skill, observations, pairs, images)
 
     def _end_of(self, response: Sequence[int]) -> list[int]:
         return self._newline if response and response[-1] == self._im_end_id else self._end
@@ -357,7 +398,7 @@ class SampleBuilder:
         else:
             memo, skill = chat.first_user, chat.skill
         if k not in memo:
-            obs = self.env.format_observation(chat.observations[k])
+            obs = self._observation(chat.observations[k], chat.images[k])
             text = task_message(self.env.task_instruction(chat.task), obs, skill)
             memo[k] = message_ids(self.tokenizer, "user", text)
         return memo[k]
@@ -384,7 +425,8 @@ class SampleBuilder:
         if n == 0:
             return []
         chat = self._full_pieces(
-            traj.task, traj.turns[:-1], traj.response_ids[:-1], traj.turns[-1].observation, skill
+            traj.task, traj.turns[:-1], traj.response_ids[:-1], traj.turns[-1].observation, skill,
+            traj.turns[-1].image,
         )
         chat.added = added  # k_t below is decided without it
         starts = [self._full_start(chat, t) for t in range(n)]
@@ -406,7 +448,8 @@ class SampleBuilder:
             if t + 1 < last:
                 rest = chat.pairs[t][len(response) :]
                 ids, mask, turn = ids + rest, mask + [0] * len(rest), turn + [-1] * len(rest)
-        return TokenSequence(tuple(ids), tuple(mask), tuple(turn), index)
+        return TokenSequence(tuple(ids), tuple(mask), tuple(turn), index,
+                             self._shown(chat.images[start:last]))
 
     def _too_long(self, length: int) -> PromptTooLong:
         return PromptTooLong(

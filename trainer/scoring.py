@@ -23,6 +23,7 @@ import torch
 from transformers import PreTrainedModel
 
 from trainer.samples import SampleBuilder, TokenSequence, Trajectory
+from trainer.vision import decoder_states
 
 
 @dataclass
@@ -76,14 +77,15 @@ class TopK:
 
 def _score_micro_batch(
     model: PreTrainedModel, batch: Sequence[TokenSequence], with_entropy: bool, head_chunk: int,
-    topk: TopK | None = None, rows: Sequence[int] = (), temperature: float = 1.0,
+    topk: TopK | None = None, rows: Sequence[int] = (), temperature: float = 1.0, vision=None,
 ):
     """logp, entropy [n, L] for one right-padded micro-batch (zeros off the action mask), and
     with ``topk`` the [n, L, k] (log-probs, ids) it asks for (ids None in gather mode).
-    ``rows``: the micro-batch's rows of ``topk.ids``."""
+    ``rows``: the micro-batch's rows of ``topk.ids``; ``vision``: the codec of the rows'
+    images (:func:`trainer.vision.decoder_states`)."""
     ids, attn, act = _right_pad(batch, model.device)  # [n, L] each
-    # use_cache=False: a scoring pass never decodes further, so no KV cache is filled.
-    hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [n, L, H]
+    images = [image for seq in batch for image in seq.images]
+    hidden = decoder_states(model, ids, attn, images, vision)  # [n, L, H]; no KV cache filled
     where = act[:, 1:].bool()  # [n, L-1]: hidden state j predicts token j+1
     states, targets = hidden[:, :-1][where], ids[:, 1:][where]  # [K, H], [K]
     support = None
@@ -147,11 +149,13 @@ def sequence_logprobs(
     head_chunk: int = 4096,
     topk: TopK | None = None,
     temperature: float = 1.0,
+    vision=None,
 ):
     """Log-probs and entropies of the scored tokens of ``batch``; with ``topk`` a third
     item, ``(log-probs [N, L, k], ids [N, L, k] or None)`` (see :class:`TopK`).
     ``temperature``: score the policy softmax(logits / temperature), the one a rollout at
-    that temperature samples from (0, greedy, scores at 1).
+    that temperature samples from (0, greedy, scores at 1).  ``vision``: the
+    :class:`~trainer.vision.VisionCodec` of a vision-language model (sequences with images).
 
     Returns ``(logp [N, L], entropy [N, L] or None)`` in float32, L = the longest sequence,
     zeros off each sequence's ``action_mask``.  Sequences are grouped by length into
@@ -175,7 +179,8 @@ def sequence_logprobs(
         for start in range(0, len(order), micro_batch):
             rows = order[start : start + micro_batch]
             logp, ent, extra = _score_micro_batch(
-                model, [batch[i] for i in rows], with_entropy, head_chunk, topk, rows, temperature
+                model, [batch[i] for i in rows], with_entropy, head_chunk, topk, rows, temperature,
+                vision,
             )
             for k, i in enumerate(rows):
                 logps[i] = _pad_to(logp[k], width)
@@ -297,7 +302,7 @@ def score_trajectories(
         topk = TopK(k=top_k)
     scored = sequence_logprobs(
         model, sequences, micro_batch, grad=grad, with_entropy=with_entropy, topk=topk,
-        temperature=temperature,
+        temperature=temperature, vision=builder.vision,
     )
     logp, entropy, *extra = scored
     return collate_actions(sequences, logp, entropy, len(trajectories),

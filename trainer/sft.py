@@ -49,8 +49,10 @@ def sft(
     weight_decay: float = 0.0,
     grad_clip: float = 1.0,
     progress=None,
+    vision=None,
 ) -> dict[str, float]:
-    """Fine-tune ``model`` in place (AdamW, :func:`warmup_cosine` schedule); returns
+    """Fine-tune ``model`` in place (AdamW, :func:`warmup_cosine` schedule); ``vision``: the
+    codec of the examples' images (:mod:`trainer.vision`).  Returns
     ``{"sft/loss_first", "sft/loss_last",
     "sft/examples", "sft/tokens"}`` (mean loss of the first and the last epoch)."""
     if not examples:
@@ -67,7 +69,8 @@ def sft(
         total, count = 0.0, 0
         for start in range(0, len(order), batch_size):
             batch = [examples[i] for i in order[start:start + batch_size]]
-            logp, _ = sequence_logprobs(model, batch, micro_batch=batch_size, grad=True, with_entropy=False)  # [N, L]
+            logp, _ = sequence_logprobs(model, batch, micro_batch=batch_size, grad=True, with_entropy=False,
+                                        vision=vision)  # [N, L]
             pad = torch.nn.functional.pad
             mask = torch.stack([pad(torch.tensor(s.action_mask, dtype=logp.dtype), (0, logp.shape[1] - len(s)))
                                 for s in batch]).to(logp.device)  # [N, L]

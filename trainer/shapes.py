@@ -116,5 +116,6 @@ def load_shape(
 
 
 def uses_local_tokenizer(backbone: str) -> bool:
-    """Backbones whose tokenizer is trained on environment text: ``tiny`` and the shapes."""
-    return backbone == "tiny" or is_shape(backbone)
+    """Backbones whose tokenizer is trained on environment text: ``tiny``, ``tiny-vl`` and
+    the shapes."""
+    return backbone in ("tiny", "tiny-vl") or is_shape(backbone)

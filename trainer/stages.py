@@ -61,7 +61,7 @@ def warm_start(ctx: Context, progress=None) -> dict[str, float]:
         if rng.random() < ws.writer_fraction:
             examples.append(_writer_example(ctx, episode, hindsight))
     metrics = sft(ctx.model, examples, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size,
-                  seed=cfg.seed, progress=progress)
+                  seed=cfg.seed, progress=progress, vision=ctx.builder.vision)
     return {k.replace("sft/", "warm/"): v for k, v in metrics.items()}
 
 
@@ -83,7 +83,7 @@ def skill_sft(ctx: Context, progress=None) -> dict[str, float]:
     if pairs:
         examples = [_writer_example(ctx, e, h) for e, h in pairs]
         metrics.update(sft(ctx.model, examples, epochs=st.epochs, lr=st.lr, batch_size=st.batch_size,
-                           seed=cfg.seed, progress=progress))
+                           seed=cfg.seed, progress=progress, vision=ctx.builder.vision))
     return metrics
 
 

@@ -1,0 +1,202 @@
+"""The vision-language path (issue 15, item 2): a tiny random-init Qwen2-VL reads sokoban's
+images through rollout, scoring and SFT; teacher and student score the same image tokens;
+positions are Qwen2-VL's M-RoPE; a saved tiny-vl loads back as the same model."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+import envs
+from envs.base import expert_policy, run_episode
+from trainer.backend import TransformersBackend, left_pad
+from trainer.config import ConfigError, TinyModelConfig, load_config, resolve
+from trainer.models import load_pretrained, train_tokenizer
+from trainer.rollout import Sampling, collect
+from trainer.samples import SampleBuilder, Trajectory, assert_same_actions, encode
+from trainer.scoring import score_trajectories
+from trainer.vision import (
+    IMAGE_PAD,
+    VISION_END,
+    VISION_START,
+    VISION_TOKENS,
+    VisionCodec,
+    build_tiny_vl_model,
+    mrope_positions,
+    vision_token_ids,
+)
+
+SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                        intermediate_size=64, vocab_size=600)
+SKILL = "Push the box toward the target; never push it into a corner."
+
+
+def make_env():
+    return envs.make("sokoban", images=True)
+
+
+@pytest.fixture(scope="module")
+def parts():
+    env = make_env()
+    tasks = env.panel("train")[:6]
+    texts = [env.system_prompt(), SKILL]
+    for task in tasks:
+        episode = run_episode(env, task, expert_policy(0.3))
+        texts += [env.task_instruction(task)] + [t.observation + "\n" + t.response for t in episode.turns]
+    tokenizer = train_tokenizer(texts, SMALL.vocab_size, VISION_TOKENS)
+    model = build_tiny_vl_model(tokenizer, SMALL, seed=0).eval()
+    codec = VisionCodec(model.config, tokenizer, max_image_tokens=16)
+    return env, tasks, tokenizer, model, codec
+
+
+def expert_trajectory(env, task, tokenizer) -> Trajectory:
+    episode = run_episode(env, task, expert_policy(0.3, seed=task.id))
+    return Trajectory(episode, tuple(tuple(encode(tokenizer, t.response)) for t in episode.turns))
+
+
+def model_inputs(model, ids, mask, images, codec):
+    """The model's own multimodal inputs for a forward pass without explicit positions."""
+    extra = dict(codec.inputs(images, ids.device))
+    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:  # transformers >= 5.2x
+        extra["mm_token_type_ids"] = (ids == codec.image_token_id).long()
+    return extra
+
+
+def test_images_become_placeholders_within_the_token_budget(parts):
+    env, tasks, tokenizer, _, codec = parts
+    env.reset(tasks[0])
+    image = env.image()
+    assert image.size == (96, 96)
+    n = codec.tokens(image)
+    assert 4 <= n <= 16  # 96 x 96 pixels, 28 x 28 per token, at most max_image_tokens
+    ids = encode(tokenizer, codec.placeholder(image))
+    assert ids[0] == tokenizer.convert_tokens_to_ids(VISION_START)
+    assert ids[-1] == tokenizer.convert_tokens_to_ids(VISION_END)
+    assert ids[1:-1] == [codec.image_token_id] * n
+    big = image.resize((400, 400))
+    assert codec.tokens(big) <= 16  # resized down by the processor
+    assert int(codec.inputs([big], "cpu")["image_grid_thw"].prod()) // 4 == codec.tokens(big)
+
+
+def test_mrope_positions_are_those_transformers_computes(parts):
+    """Explicit positions for a left-padded batch with images of two sizes equal the model's
+    own get_rope_index (the reason to compute them: explicit positions survive padding and
+    the kept KV cache the same way for every transformers version)."""
+    env, tasks, tokenizer, model, codec = parts
+    env.reset(tasks[0])
+    small, large = env.image(), env.image().resize((150, 120))
+    rows = [encode(tokenizer, f"a{codec.placeholder(small)}b c{codec.placeholder(large)}d"),
+            encode(tokenizer, f"move {codec.placeholder(large)} up")]
+    ids, mask = left_pad(rows, tokenizer.pad_token_id, "cpu")
+    grids = codec.inputs([small, large, large], "cpu")["image_grid_thw"]
+    ours = mrope_positions(ids, mask, grids, codec.image_token_id, codec.merge)
+    kwargs = {"image_grid_thw": grids, "attention_mask": mask}
+    if "mm_token_type_ids" in inspect.signature(model.model.get_rope_index).parameters:
+        kwargs["mm_token_type_ids"] = (ids == codec.image_token_id).long()
+    theirs, _ = model.model.get_rope_index(ids, **kwargs)
+    real = mask.bool()
+    assert torch.equal(ours[:, real], theirs[:, real])
+    with pytest.raises(ValueError, match="more image placeholder runs than images"):
+        mrope_positions(ids, mask, grids[:2], codec.image_token_id, codec.merge)
+    with pytest.raises(ValueError, match="4 images for 3 placeholder runs"):
+        mrope_positions(ids, mask, torch.cat([grids, grids[:1]]), codec.image_token_id, codec.merge)
+
+
+@pytest.mark.parametrize("context", ["window", "full"])
+def test_scoring_with_images_matches_the_model_forward(parts, context):
+    """score_trajectories on sequences with images gives the log-probs of the model's own
+    forward pass (pixel values in, its M-RoPE), and the images reach the model: other
+    images give other log-probs of the same tokens."""
+    env, tasks, tokenizer, model, codec = parts
+    builder = SampleBuilder(tokenizer, env, context, max_prompt_tokens=4096, vision=codec)
+    traj = expert_trajectory(env, tasks[1], tokenizer)
+    scored, sequences = score_trajectories(model, builder, [traj], micro_batch=4)
+    assert sum(len(s.images) for s in sequences) == (len(traj.turns) if context == "window" else len(traj.turns))
+    logps = []
+    for seq in sequences:
+        ids = torch.tensor([seq.input_ids])
+        mask = torch.ones_like(ids)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask,
+                           **model_inputs(model, ids, mask, list(seq.images), codec)).logits[0]
+        logp = torch.log_softmax(logits[:-1].float(), -1).gather(-1, ids[0, 1:, None])[:, 0]
+        logps += [(t, lp) for t, lp, m in zip(seq.turn_ids[1:], logp.tolist(), seq.action_mask[1:]) if m]
+    direct = torch.tensor([lp for _, lp in sorted(logps, key=lambda x: x[0])])
+    ours = scored.logp[0][scored.mask[0].bool()]
+    assert torch.allclose(ours, direct, atol=1e-5)
+
+    blank = [type(s)(s.input_ids, s.action_mask, s.turn_ids, s.traj,
+                     tuple(i.point(lambda v: 255 - v) for i in s.images)) for s in sequences]
+    other, _ = score_trajectories(model, builder, [traj], micro_batch=4, sequences=blank)
+    assert not torch.allclose(other.logp, scored.logp, atol=1e-4)
+
+
+def test_teacher_and_student_score_the_same_image_tokens(parts):
+    env, tasks, tokenizer, model, codec = parts
+    builder = SampleBuilder(tokenizer, env, "full", max_prompt_tokens=4096, vision=codec)
+    traj = expert_trajectory(env, tasks[2], tokenizer)
+    student, s_seq = score_trajectories(model, builder, [traj])
+    teacher, t_seq = score_trajectories(model, builder, [traj], [SKILL])
+    assert_same_actions(s_seq, t_seq)
+    assert [s.images for s in s_seq] == [s.images for s in t_seq]
+    image_tokens = [sum(i == codec.image_token_id for i in s.input_ids) for s in (*s_seq, *t_seq)]
+    assert image_tokens[: len(s_seq)] == image_tokens[len(s_seq):] and image_tokens[0] > 0
+    assert torch.equal(student.token_ids, teacher.token_ids)
+    assert not torch.allclose(student.logp, teacher.logp)  # the skill, spliced in the text, counts
+
+
+def test_rollouts_read_images_and_score_what_they_sampled(parts):
+    """Greedy rollouts with images: each turn keeps its observation's image, and the sampled
+    tokens' greedy log-probs are the maxima of the scored distributions (the rollout saw
+    exactly the context that is scored); no vision token is ever sampled."""
+    env, tasks, tokenizer, model, codec = parts
+    builder = SampleBuilder(tokenizer, env, "full", max_prompt_tokens=4096, vision=codec)
+    backend = TransformersBackend(model, tokenizer, vision=codec)
+    trajectories, generated = collect(make_env, tasks[:3], builder, backend, Sampling(12, 0.0), seed=0)
+    assert generated > 0
+    banned = vision_token_ids(tokenizer)
+    for traj in trajectories:
+        assert all(t.image is not None for t in traj.turns)
+        assert not banned & {i for r in traj.response_ids for i in r}
+    scored, sequences = score_trajectories(model, builder, trajectories, with_entropy=False, top_k=1)
+    chosen, best = scored.logp[scored.mask.bool()], scored.topk_logp[..., 0][scored.mask.bool()]
+    # greedy picked the argmax among the allowed tokens: its log-prob is the top one unless a
+    # banned vision token outranked it
+    top_ids = scored.topk_ids[..., 0][scored.mask.bool()]
+    allowed = torch.tensor([i not in banned for i in top_ids.tolist()])
+    assert torch.allclose(chosen[allowed], best[allowed], atol=1e-5)
+
+
+def test_a_saved_tiny_vl_loads_back_as_the_same_model(parts, tmp_path):
+    env, tasks, tokenizer, model, codec = parts
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded, loaded_tok = load_pretrained(str(tmp_path), torch.float32, "cpu")
+    assert type(loaded).__name__ == type(model).__name__
+    builder = SampleBuilder(tokenizer, env, "full", max_prompt_tokens=4096, vision=codec)
+    traj = expert_trajectory(env, tasks[3], tokenizer)
+    again = SampleBuilder(loaded_tok, env, "full", max_prompt_tokens=4096,
+                          vision=VisionCodec(loaded.config, loaded_tok, 16))
+    a, seq_a = score_trajectories(model, builder, [traj])
+    b, seq_b = score_trajectories(loaded.eval(), again, [traj])
+    assert [s.input_ids for s in seq_a] == [s.input_ids for s in seq_b]
+    assert torch.allclose(a.logp, b.logp, atol=1e-6)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["env.name=household", "env.images=true", "model.backbone=tiny-vl"], "env.images"),
+    (["env.name=sokoban", "env.images=true"], "model.backbone"),
+    (["env.name=sokoban", "model.backbone=tiny-vl"], "model.backbone"),
+])
+def test_image_settings_that_cannot_work_name_their_field(overrides, field):
+    with pytest.raises(ConfigError, match=field):
+        resolve(load_config("examples/text_games_small.yaml", overrides))
+
+
+def test_the_vision_tokens_are_special_and_single(parts):
+    _, _, tokenizer, _, _ = parts
+    for token in (VISION_START, VISION_END, IMAGE_PAD):
+        assert len(encode(tokenizer, token)) == 1
+    assert len(vision_token_ids(tokenizer)) == len(VISION_TOKENS) == 4
