@@ -188,10 +188,11 @@ def config_columns(runs: pd.DataFrame) -> list[str]:
 def add_variants(runs: pd.DataFrame, params: Sequence[str] | None = None) -> pd.DataFrame:
     """``runs`` (index reset) with ``variant`` (one per cell) and ``variant_params``.
 
-    Within each (env, backbone) the cells of a method are its distinct ``cell_id`` values
+    Within each (env key, backbone) the cells of a method are its distinct ``cell_id`` values
     (or, without that tag, its distinct configs). The params named in a method's variant are
     those of ``params`` (default: :func:`config_columns`) that take more than one value among
-    the method's runs of some (env, backbone), in the order they come; ``variant`` is
+    the method's runs of some (env key, backbone), in the order they come (never
+    ``env.level``: the level is part of the env key, with columns of its own); ``variant`` is
     ``"method (sym=value, ...)"`` with values rounded to 3 significant digits, and two cells
     that still read the same get their cell id appended, so distinct configs never share a
     row. ``variant_params`` is the tuple of (param, value) pairs in the label. A run whose
@@ -202,9 +203,12 @@ def add_variants(runs: pd.DataFrame, params: Sequence[str] | None = None) -> pd.
     params = config_columns(out) if params is None else [p for p in params if p in out.columns]
     cell = out["cell_id"].astype(str) if "cell_id" in out.columns else \
         out[params].astype(str).agg("|".join, axis=1) if params else pd.Series("", out.index)
-    strata = [c for c in ("env", "backbone") if c in out.columns]
+    # an env's level is part of its columns (env keys: "household-S"), never of a row label
+    params = [p for p in params if p != LEVEL_PARAM]
+    strata = [(_env_keys(out) if c == "env" else out[c]).rename(c) for c in ("env", "backbone")
+              if c in out.columns]
     text = out[params].astype(str)
-    counts = text.groupby([out["method"], *(out[c] for c in strata)], sort=False).nunique()
+    counts = text.groupby([out["method"], *strata], sort=False).nunique()
     swept_of = (counts > 1).groupby(level=0, sort=False).any()  # [methods, params]
     variant = out["method"].astype(str).tolist()
     pairs: list[tuple] = [()] * len(out)
@@ -221,7 +225,7 @@ def add_variants(runs: pd.DataFrame, params: Sequence[str] | None = None) -> pd.
             variant[i] = f"{method} ({', '.join(_param_text(p, v) for p, v in pairs[i])})"
     out["variant"] = variant
     out["variant_params"] = pd.Series(pairs, index=out.index, dtype=object)
-    per = out.assign(_cell=cell).groupby([*strata, "variant"], sort=False)["_cell"]
+    per = out.assign(_cell=cell).groupby([*strata, out["variant"]], sort=False)["_cell"]
     clash = per.transform("nunique") > 1
     out.loc[clash, "variant"] = [f"{v} [cell {c[:6]}]" for v, c in
                                  zip(out.loc[clash, "variant"], cell[clash])]
@@ -263,7 +267,11 @@ def summarize_layout(runs: pd.DataFrame, layout: Layout, *, alpha: float = 0.05,
     if layout.average:
         mean = across_envs(data)
         metric = Metric(f"{ACROSS_ENVS}.success", ACROSS_ENVS, (FINAL_SUCCESS,), "Avg.", "Succ.", "success")
-        parts.append(_summarize_metric(mean, metric, base, alpha, ci, n_boot, seed) if len(mean) else None)
+        summary = _summarize_metric(mean, metric, base, alpha, ci, n_boot, seed) if len(mean) else None
+        if summary is not None:  # the runs behind each average, one id each
+            summary["run_ids"] = [tuple(sorted(i for ids in row for i in ids.split(",")))
+                                  for row in summary["run_ids"]]
+        parts.append(summary)
     parts = [p for p in parts if p is not None]
     if not parts:
         return Skipped(layout.name, f"runs of {sorted(set(data['method']))} (envs "

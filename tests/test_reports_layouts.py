@@ -256,3 +256,20 @@ def test_multimodal_table_averages_the_two_envs_per_seed():
 def test_multimodal_table_is_skipped_without_its_envs():
     runs = fake_runs({"grpo": 0.5, "seed": 0.7}, envs=("household",))
     assert isinstance(summarize_layout(runs, LAYOUTS["seed_multimodal"]), Skipped)
+
+
+def test_levels_are_columns_never_row_labels_so_the_average_pairs_them():
+    """Two sokoban levels and EZPoints: each level is a column, the rows read "GRPO" and
+    "SEED" (not "GRPO (level=1box)"), and the average covers all three columns per seed."""
+    one = fake_runs({"grpo": 0.6, "seed": 0.8}, envs=("sokoban",)).assign(**{"env.level": "1box"})
+    two = fake_runs({"grpo": 0.4, "seed": 0.5}, envs=("sokoban",)).assign(**{"env.level": "2box"})
+    two["run_id"] += "-2box"
+    two["cell_id"] += "-2box"
+    ez = fake_runs({"grpo": 0.8, "seed": 0.9}, envs=("ezpoints",)).assign(**{"env.level": "full"})
+    layout = LAYOUTS["seed_multimodal"]
+    table = layout.table(summarize_layout(pd.concat([one, two, ez], ignore_index=True), layout,
+                                          n_boot=N_BOOT))
+    assert [c.group for c in table.columns] == ["Sokoban", "Sokoban-2box", "EZPoints", "Avg."]
+    rows = {r.labels[0]: r.cells for r in table.sections[0].rows}
+    assert list(rows) == ["GRPO", "SEED"]
+    assert rows["GRPO"]["average.success"].mean == pytest.approx((0.6 + 0.4 + 0.8) / 3)

@@ -20,6 +20,7 @@ EXPECTED = {
     "seed_table5_alfworld.yaml": ({"etro_table1", "seed_ablation"}, "ALFWorld"),
     "etro_appendix_b_webshop.yaml": ({"etro_table1", "etro_branches", "etro_suffix"}, "WebShop"),
     "etro_alpha_sweep.yaml": ({"etro_suffix", "etro_alpha"}, "WebShop"),
+    "seed_multimodal.yaml": ({"etro_table1", "seed_multimodal"}, "Sokoban / EZPoints"),
 }
 STUDIES = sorted(p.name for p in PAPERS.glob("*.yaml") if not p.stem.endswith("_base"))
 
@@ -45,15 +46,19 @@ def test_paper_study_gets_its_tables(name):
             produced[layout_name] = table
     assert set(produced) == want
     prepared = prepare_runs(runs)
-    for table in produced.values():
-        assert {c.group for c in table.columns} == {group}
-        assert [c.label for c in table.columns] == (["Succ."] if group == "ALFWorld"
-                                                     else ["Score", "Succ."])
+    envs = group.split(" / ")
+    for name_of, table in produced.items():
+        groups = envs + (["Avg."] if name_of == "seed_multimodal" else [])
+        assert [c.group for c in table.columns] == (groups if len(envs) > 1 else groups * len(table.columns))
+        assert [c.label for c in table.columns] == (["Score", "Succ."] if group == "WebShop"
+                                                     else ["Succ."] * len(groups))
         for _, row in table.rows():
             cell = row.cells[table.columns[-1].key]
             assert cell.n == len(study.seeds)
             runs_of = prepared[prepared["run_id"].isin(cell.run_ids)]
-            assert runs_of["cell_id"].nunique() == 1  # one row is one configuration
+            # one row is one configuration (per env: an average column reads one run per env)
+            assert len(runs_of) == len(study.seeds) * (len(envs) if name_of == "seed_multimodal" else 1)
+            assert (runs_of.groupby("env")["cell_id"].nunique() == 1).all()
             method = runs_of["method"].iloc[0]
             alpha = runs_of["algo.suffix_weight"].iloc[0]
             assert cell.mean == pytest.approx(0.4 + 0.02 * len(method) + alpha / 10)

@@ -200,3 +200,74 @@ def test_the_vision_tokens_are_special_and_single(parts):
     for token in (VISION_START, VISION_END, IMAGE_PAD):
         assert len(encode(tokenizer, token)) == 1
     assert len(vision_token_ids(tokenizer)) == len(VISION_TOKENS) == 4
+
+
+def test_the_self_writer_reads_the_first_and_last_images(parts):
+    """The writer's prompt shows the episode's first observation and its state after the last
+    step as images (the Stage-1 examples use the same prompt); a prompt too long for the
+    budget drops its images rather than cut a placeholder."""
+    from trainer.config import WriterConfig
+    from trainer.writers import SelfWriter, writer_input
+
+    env, tasks, tokenizer, model, codec = parts
+    episode = run_episode(env, tasks[4], expert_policy(0.3, seed="writer"))
+    ids, images = writer_input(tokenizer, env.domain_description(), episode, 4096, codec)
+    assert len(images) == 2 and images[0] is episode.turns[0].image
+    assert images[1] is episode.turns[-1].info["image"]
+    assert sum(i == codec.image_token_id for i in ids) == sum(codec.tokens(i) for i in images)
+    text_ids, none = writer_input(tokenizer, env.domain_description(), episode, 4096, None)
+    assert none == () and codec.image_token_id not in text_ids
+    short, dropped = writer_input(tokenizer, env.domain_description(), episode, 200, codec)
+    assert dropped == () and codec.image_token_id not in short and len(short) == 200
+
+    writer = SelfWriter(model, tokenizer, lambda m: TransformersBackend(m, tokenizer, vision=codec),
+                        env.domain_description(), WriterConfig(max_new_tokens=8), 4096, codec)
+    traj = Trajectory(episode, tuple(tuple(encode(tokenizer, t.response)) for t in episode.turns))
+    seen = []
+    generate = writer.backend.generate
+    writer.backend.generate = lambda prompts, **kw: seen.append(kw["images"]) or generate(prompts, **kw)
+    hindsight = writer.write([traj])
+    assert len(hindsight) == 1 and seen[0] == [images]
+
+
+def test_the_vllm_backend_gets_the_images_their_budget_and_no_vision_tokens(parts, monkeypatch):
+    """vLLM is GPU-only, so a recording stand-in of its API checks what the backend hands it:
+    image prompts carry their images as multi-modal data beside the expanded placeholders,
+    the engine resizes within the codec's pixel bounds and takes enough images a prompt, and
+    the vision tokens are biased out of sampling."""
+    import sys
+    import types
+
+    from trainer.backend import VLLMBackend
+
+    env, tasks, tokenizer, _, codec = parts
+    calls = {}
+
+    class LLM:
+        def __init__(self, **kwargs):
+            calls["engine"] = kwargs
+
+        def generate(self, requests, sampling_params, use_tqdm):
+            calls["requests"], calls["params"] = requests, sampling_params
+            done = types.SimpleNamespace(token_ids=[5], finish_reason="stop")
+            return [types.SimpleNamespace(outputs=[done]) for _ in requests]
+
+    fake = types.ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = LLM, lambda **kw: kw
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = lambda **kw: kw
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    backend = VLLMBackend("Qwen/Qwen2.5-VL-3B-Instruct", tokenizer, vision=codec, images_per_prompt=16)
+    assert calls["engine"]["limit_mm_per_prompt"] == {"image": 16}
+    assert calls["engine"]["mm_processor_kwargs"] == {"min_pixels": codec.min_pixels,
+                                                       "max_pixels": codec.max_pixels}
+    env.reset(tasks[0])
+    image = env.image()
+    prompt = encode(tokenizer, f"look {codec.placeholder(image)} now")
+    backend.generate([prompt, [7, 8]], max_new_tokens=4, images=[(image,), ()])
+    with_image, text = calls["requests"]
+    assert with_image["multi_modal_data"] == {"image": [image]} and with_image["prompt_token_ids"] == prompt
+    assert "multi_modal_data" not in text
+    assert set(calls["params"]["logit_bias"]) == vision_token_ids(tokenizer)
+    assert set(calls["params"]["logit_bias"].values()) == {-100.0}

@@ -349,7 +349,13 @@ class VLLMBackend(GenerationBackend):
         gpu_memory_utilization: float = 0.4,
         seed: int = 0,
         max_model_len: int | None = None,
+        vision=None,
+        images_per_prompt: int = 1,
     ):
+        """``vision`` (a :class:`~trainer.vision.VisionCodec`): the engine takes up to
+        ``images_per_prompt`` images a prompt, resizes them within the codec's token budget
+        (so its image tokens are the placeholders the prompts carry) and never samples a
+        vision token."""
         try:
             import vllm
             from vllm.inputs import TokensPrompt
@@ -360,6 +366,13 @@ class VLLMBackend(GenerationBackend):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self._vllm, self._tokens_prompt = vllm, TokensPrompt
         self.tokenizer = tokenizer
+        self._bias = None
+        extra = {}
+        if vision is not None:
+            self._bias = dict.fromkeys(sorted(vision_token_ids(tokenizer)), -100.0)
+            extra = {"limit_mm_per_prompt": {"image": images_per_prompt},
+                     "mm_processor_kwargs": {"min_pixels": vision.min_pixels,
+                                             "max_pixels": vision.max_pixels}}
         self.llm = vllm.LLM(
             model=model_name_or_path,
             dtype=dtype,
@@ -367,6 +380,7 @@ class VLLMBackend(GenerationBackend):
             enable_prefix_caching=True,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
+            **extra,
         )
 
     def generate(
@@ -397,6 +411,7 @@ class VLLMBackend(GenerationBackend):
             include_stop_str_in_output=True,
             stop_token_ids=stops,
             skip_special_tokens=False,
+            **({"logit_bias": self._bias} if self._bias else {}),
         )
         # Prompts carry their image placeholders already expanded (trainer.vision), as the
         # training model scores them; vLLM takes the images as multi-modal data beside them.
@@ -425,10 +440,11 @@ def _load_weights_into_worker(worker, weights) -> None:
 
 
 def make_backend(
-    model_cfg: ModelConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, vision=None
+    model_cfg: ModelConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, vision=None,
+    images_per_prompt: int = 1,
 ) -> GenerationBackend:
     """The rollout backend named by ``model_cfg.backend``; ``vision``: the codec of prompts
-    with images (:mod:`trainer.vision`).
+    with images (:mod:`trainer.vision`), at most ``images_per_prompt`` of them a prompt.
 
     The vLLM engine starts from ``model_cfg.backbone`` (a local path or hub name) and is
     synced to ``model`` immediately, so it samples from the current weights."""
@@ -440,7 +456,8 @@ def make_backend(
                 f"backend 'vllm' needs a transformers model path, not backbone {model_cfg.backbone!r}"
             )
         dtype = "bfloat16" if model_cfg.dtype == "auto" else model_cfg.dtype
-        backend = VLLMBackend(model_cfg.backbone, tokenizer, dtype=dtype)
+        backend = VLLMBackend(model_cfg.backbone, tokenizer, dtype=dtype, vision=vision,
+                              images_per_prompt=images_per_prompt)
         backend.sync_weights(model)
         return backend
     raise ValueError(f"unknown backend {model_cfg.backend!r}; valid: transformers, vllm")

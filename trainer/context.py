@@ -99,8 +99,8 @@ def make_writer(ctx: Context, kind: str) -> Writer:
         "static": lambda: ctx.library,
         "external": lambda: ExternalWriter(ctx.prompt_env.domain_description(), cfg.writer),
         "self": lambda: SelfWriter(
-            ctx.model, ctx.tokenizer, lambda m: make_backend(cfg.model, m, ctx.tokenizer),
-            ctx.prompt_env.domain_description(), cfg.writer, cfg.model.max_prompt_tokens),
+            ctx.model, ctx.tokenizer, lambda m: make_backend(cfg.model, m, ctx.tokenizer, ctx.builder.vision),
+            ctx.prompt_env.domain_description(), cfg.writer, cfg.model.max_prompt_tokens, ctx.builder.vision),
         "frozen": lambda: frozen_writer_from(ctx),
     }
     return builders[kind]()
@@ -110,14 +110,16 @@ def frozen_writer_from(ctx: Context) -> FrozenWriter:
     """The frozen writer: ``writer.checkpoint`` (its model and tokenizer) when set, else the
     policy as it is now (start_rl calls this after the SFT stages)."""
     cfg = ctx.cfg
-    model, tokenizer = None, ctx.tokenizer
+    model, tokenizer, vision = None, ctx.tokenizer, ctx.builder.vision
     if cfg.writer.checkpoint:
         device = resolve_device(cfg.model.device)
         model, tokenizer = load_pretrained(str(model_folder(cfg.writer.checkpoint)),
                                            resolve_dtype(cfg.model.dtype, device), device)
-    return FrozenWriter(ctx.model, tokenizer, lambda m: make_backend(cfg.model, m, tokenizer),
+        vision = VisionCodec(model.config, tokenizer, cfg.model.max_image_tokens) \
+            if vision is not None and is_vision_model(model) else None
+    return FrozenWriter(ctx.model, tokenizer, lambda m: make_backend(cfg.model, m, tokenizer, vision),
                         ctx.prompt_env.domain_description(), cfg.writer,
-                        cfg.model.max_prompt_tokens, model=model)
+                        cfg.model.max_prompt_tokens, model=model, vision=vision)
 
 
 def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
@@ -147,7 +149,9 @@ def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
                             cfg.model.max_prompt_tokens, vision)
     ctx = Context(cfg=cfg, spec=spec, make_env=make_env, prompt_env=prompt_env, model=model,
                   tokenizer=tokenizer, builder=builder,
-                  backend=make_backend(cfg.model, model, tokenizer, vision), train_tasks=train_tasks)
+                  backend=make_backend(cfg.model, model, tokenizer, vision,
+                                       images_per_prompt=max(2, prompt_env.max_turns + 1)),
+                  train_tasks=train_tasks)
     if cfg.writer.library and (spec.rollout_skill or spec.eval_skill or cfg.writer.kind == "static"):
         ctx.library = StaticWriter(load_library(cfg.writer.library))
     elif spec.rollout_skill or spec.eval_skill or (cfg.writer.kind == "static" and spec.library == "oracle"):
@@ -183,9 +187,11 @@ def self_library(ctx: Context, resume: Path | None = None) -> StaticWriter:
     tasks = ctx.train_tasks[-LIBRARY_TASKS:]
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
     trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling, seed=cfg.seed)
-    writer = SelfWriter(ctx.model, ctx.tokenizer, lambda m: make_backend(cfg.model, m, ctx.tokenizer),
+    writer = SelfWriter(ctx.model, ctx.tokenizer,
+                        lambda m: make_backend(cfg.model, m, ctx.tokenizer, ctx.builder.vision),
                         ctx.prompt_env.domain_description(),
-                        dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens)
+                        dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens,
+                        ctx.builder.vision)
     hindsights = writer.write(trajectories)
     entries = library_from(trajectories, hindsights)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -526,14 +526,31 @@ def serialize_episode(episode: Episode, max_observation_chars: int = 600) -> str
     return "\n".join(lines)
 
 
+def episode_images(episode: Episode) -> tuple:
+    """The images a writer sees of ``episode``: its first observation's and the state's after
+    its last turn (``info["image"]`` of an env with ``images=True``); () unless both exist."""
+    if not episode.turns:
+        return ()
+    first, last = episode.turns[0].image, episode.turns[-1].info.get("image")
+    return () if first is None or last is None else (first, last)
+
+
 def analyzer_prompt(
-    env_description: str, episode: Episode, max_observation_chars: int = 600
+    env_description: str, episode: Episode, max_observation_chars: int = 600,
+    placeholders: Sequence[str] = (),
 ) -> list[dict]:
     """Chat messages asking for a tagged hindsight skill (:data:`ANALYZER_FORMAT`) for
     ``episode``; used by the self writer and as Stage-1 SFT inputs (targets:
-    :func:`analyzer_target`).  Encode with :func:`encode_chat`."""
+    :func:`analyzer_target`).  Encode with :func:`encode_chat`.  ``placeholders``: the
+    vision placeholders of :func:`episode_images` (first observation, last state), shown
+    after the episode's text."""
+    images = ""
+    if placeholders:
+        first, last = placeholders
+        images = f"## Images\nFirst observation: {first}\nAfter the last step: {last}\n\n"
     user = (
         f"{env_description}\n\n## Episode\n{serialize_episode(episode, max_observation_chars)}\n\n"
+        f"{images}"
         f"## Instructions\nWrite a positive skill for this kind of task. If the episode failed, "
         f"also find the first decisive, uncorrected mistake (steps are numbered from 0) and write "
         f"a negative skill about it.\n{ANALYZER_FORMAT}"

@@ -18,10 +18,12 @@ from trainer.samples import TokenSequence
 from trainer.scoring import sequence_logprobs
 
 
-def example(prompt_ids: Sequence[int], target_ids: Sequence[int]) -> TokenSequence:
-    """A prompt -> target example (the loss covers the target tokens only)."""
+def example(prompt_ids: Sequence[int], target_ids: Sequence[int], images: Sequence = ()) -> TokenSequence:
+    """A prompt -> target example (the loss covers the target tokens only); ``images``: those
+    of the prompt's placeholders."""
     n, m = len(prompt_ids), len(target_ids)
-    return TokenSequence(tuple(prompt_ids) + tuple(target_ids), (0,) * n + (1,) * m, (-1,) * n + (0,) * m)
+    return TokenSequence(tuple(prompt_ids) + tuple(target_ids), (0,) * n + (1,) * m, (-1,) * n + (0,) * m,
+                         images=tuple(images))
 
 
 def warmup_cosine(total_steps: int, warmup: float = 0.05, floor: float = 0.1):

@@ -25,9 +25,9 @@ from envs.base import demo_policy, run_episode
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
 from trainer.context import Context
 from trainer.rollout import Sampling, collect
-from trainer.samples import Trajectory, analyzer_prompt, analyzer_target, encode, encode_chat
+from trainer.samples import Trajectory, analyzer_target, encode
 from trainer.sft import example, sft
-from trainer.writers import ExternalWriter, OracleWriter
+from trainer.writers import ExternalWriter, OracleWriter, writer_input
 
 
 def _demo_trajectory(ctx: Context, episode) -> Trajectory:
@@ -37,9 +37,12 @@ def _demo_trajectory(ctx: Context, episode) -> Trajectory:
 
 
 def _writer_example(ctx: Context, episode, hindsight):
-    prompt = encode_chat(ctx.tokenizer, analyzer_prompt(ctx.prompt_env.domain_description(), episode))
+    """A Stage-1 / warm-start writer example: the prompt the self writer reads (its images
+    too, with env.images), the oracle's hindsight as target."""
+    prompt, images = writer_input(ctx.tokenizer, ctx.prompt_env.domain_description(), episode,
+                                  ctx.cfg.model.max_prompt_tokens, ctx.builder.vision)
     target = encode(ctx.tokenizer, analyzer_target(hindsight) + "<|im_end|>")
-    return example(prompt[-ctx.cfg.model.max_prompt_tokens:], target)
+    return example(prompt, target, images)
 
 
 def warm_start(ctx: Context, progress=None) -> dict[str, float]:

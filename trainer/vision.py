@@ -47,17 +47,16 @@ def is_vision_model(model) -> bool:
 
 
 def _image_processor(patch_size: int, merge_size: int, temporal_patch_size: int,
-                     max_image_tokens: int):
-    """Qwen2-VL's image processor (the PIL one where torchvision is absent) bounded to at
-    most ``max_image_tokens`` merged tokens per image."""
+                     min_pixels: int, max_pixels: int):
+    """Qwen2-VL's image processor (the PIL one where torchvision is absent) resizing every
+    image to between ``min_pixels`` and ``max_pixels``."""
     import transformers
 
     cls = getattr(transformers, "Qwen2VLImageProcessorPil", None)
     if cls is None:  # transformers versions without the split backends
         cls = transformers.Qwen2VLImageProcessor
-    unit = (patch_size * merge_size) ** 2  # pixels per merged token
     return cls(patch_size=patch_size, merge_size=merge_size, temporal_patch_size=temporal_patch_size,
-               min_pixels=4 * unit, max_pixels=max_image_tokens * unit)
+               min_pixels=min_pixels, max_pixels=max_pixels)
 
 
 class VisionCodec:
@@ -70,8 +69,11 @@ class VisionCodec:
         if len(vision_token_ids(tokenizer)) < len(VISION_TOKENS):
             raise ValueError(f"the tokenizer lacks some of the vision tokens {', '.join(VISION_TOKENS)}")
         self.merge = int(vision.spatial_merge_size)
-        self.processor = _image_processor(int(vision.patch_size), self.merge,
-                                          int(vision.temporal_patch_size), max_image_tokens)
+        unit = (int(vision.patch_size) * self.merge) ** 2  # pixels per merged token
+        # the resize bounds, also what a vLLM engine is told (trainer.backend.VLLMBackend)
+        self.min_pixels, self.max_pixels = 4 * unit, max_image_tokens * unit
+        self.processor = _image_processor(int(vision.patch_size), self.merge, int(vision.temporal_patch_size),
+                                          self.min_pixels, self.max_pixels)
         self.image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
         self.max_image_tokens = max_image_tokens
         self._tokens: dict[tuple[int, int], int] = {}

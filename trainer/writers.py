@@ -37,7 +37,13 @@ from typing import Protocol
 
 from envs.base import Hindsight, Task, TextEnv, expert_policy, run_episode
 from trainer.config import WriterConfig
-from trainer.samples import Trajectory, analyzer_prompt, encode_chat, parse_analyzer_output
+from trainer.samples import (
+    Trajectory,
+    analyzer_prompt,
+    encode_chat,
+    episode_images,
+    parse_analyzer_output,
+)
 
 INVALID = Hindsight(positive_skill="", valid=False)
 
@@ -83,28 +89,23 @@ class SelfWriter:
 
     kind = "self"
 
-    def __init__(self, policy, tokenizer, backend_factory, domain: str, cfg: WriterConfig, max_prompt_tokens: int):
+    def __init__(self, policy, tokenizer, backend_factory, domain: str, cfg: WriterConfig, max_prompt_tokens: int,
+                 vision=None):
         self.tokenizer, self.domain, self.cfg = tokenizer, domain, cfg
-        self.max_prompt_tokens = max_prompt_tokens
+        self.max_prompt_tokens, self.vision = max_prompt_tokens, vision
         self._backend_factory = backend_factory
         self.snapshot = policy if cfg.refresh_every == 1 else _frozen_copy(policy)
         self.backend = backend_factory(self.snapshot)
 
     def write(self, trajectories):
-        prompts = [self._prompt(t) for t in trajectories]
+        inputs = [writer_input(self.tokenizer, self.domain, t.episode, self.max_prompt_tokens, self.vision)
+                  for t in trajectories]
+        images = [i for _, i in inputs]
         outs = self.backend.generate(
-            prompts, max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature,
-            top_p=self.cfg.top_p, stop_strings=("</negative>",),
+            [p for p, _ in inputs], max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p, stop_strings=("</negative>",), images=images if any(images) else None,
         )
         return [parse_analyzer_output(o.text, len(t.turns)) for o, t in zip(outs, trajectories)]
-
-    def _prompt(self, traj: Trajectory) -> list[int]:
-        chars = 600
-        while True:
-            ids = encode_chat(self.tokenizer, analyzer_prompt(self.domain, traj.episode, chars))
-            if len(ids) <= self.max_prompt_tokens or chars <= 40:
-                return ids[-self.max_prompt_tokens:]
-            chars //= 2
 
     def frozen(self):
         """The frozen snapshot the writer generates with (stale / refresh_every > 1), or None
@@ -135,9 +136,9 @@ class FrozenWriter(SelfWriter):
     kind = "frozen"
 
     def __init__(self, policy, tokenizer, backend_factory, domain: str, cfg: WriterConfig,
-                 max_prompt_tokens: int, model=None):
+                 max_prompt_tokens: int, model=None, vision=None):
         self.tokenizer, self.domain, self.cfg = tokenizer, domain, cfg
-        self.max_prompt_tokens = max_prompt_tokens
+        self.max_prompt_tokens, self.vision = max_prompt_tokens, vision
         self.snapshot = _frozen_copy(policy if model is None else model)
         self.backend = backend_factory(self.snapshot)
 
@@ -146,6 +147,26 @@ class FrozenWriter(SelfWriter):
 
     def on_update(self, step: int, policy) -> None:
         pass
+
+
+def writer_input(tokenizer, domain: str, episode, max_prompt_tokens: int, vision=None) -> tuple[list[int], tuple]:
+    """The analyzer prompt's ids for ``episode`` within ``max_prompt_tokens`` and the images
+    its placeholders stand for (``vision``: a codec; the first observation's and the last
+    state's images, :func:`trainer.samples.episode_images`).  Observations are shortened
+    first; a prompt that still does not fit loses its oldest tokens, and then its images, so
+    that no placeholder is ever cut."""
+    images = episode_images(episode) if vision is not None else ()
+    marks = [vision.placeholder(i) for i in images]
+    chars = 600
+    while True:
+        ids = encode_chat(tokenizer, analyzer_prompt(domain, episode, chars, marks))
+        if len(ids) <= max_prompt_tokens:
+            return ids, images
+        if chars <= 40:
+            if images:  # a cut could split a placeholder run: drop the images instead
+                return writer_input(tokenizer, domain, episode, max_prompt_tokens, None)
+            return ids[-max_prompt_tokens:], ()
+        chars //= 2
 
 
 def _frozen_copy(model):
