@@ -119,12 +119,12 @@ def test_full_mode_closes_turns_after_sampled_im_end_with_newline_only(tokenizer
 
 
 @pytest.mark.parametrize("context", ["window", "full"])
-def test_rollout_prompt_is_the_scored_context(tokenizer, context):
+def test_rollout_input_is_the_scored_context(tokenizer, context):
     traj = make_traj(tokenizer, 4)
     builder = SampleBuilder(tokenizer, FakeEnv(), context, history_window=2)
     seqs = builder.build(traj, skill=SKILL)
     for t in range(4):
-        prompt = builder.rollout_prompt(
+        prompt, _ = builder.rollout_input(
             traj.task, traj.turns[:t], traj.response_ids[:t], traj.turns[t].observation, SKILL
         )
         seq = seqs[t] if context == "window" else seqs[0]
@@ -250,7 +250,7 @@ def test_full_truncation_groups_turns_and_keeps_skill_and_observation(tokenizer)
     assert len(seqs) > 1  # truncation split the episode into groups
     for seq in seqs:
         for t in sorted({t for t in seq.turn_ids if t >= 0}):
-            prompt = builder.rollout_prompt(
+            prompt, _ = builder.rollout_input(
                 traj.task, traj.turns[:t], traj.response_ids[:t], traj.turns[t].observation, SKILL
             )
             assert list(seq.input_ids[: seq.turn_ids.index(t)]) == prompt and len(prompt) <= limit

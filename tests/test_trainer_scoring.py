@@ -132,7 +132,7 @@ def test_full_single_pass_equals_scoring_each_turn_prefix(tokenizer, model):
     full, _ = score_trajectories(model, builder, [traj])
     per_turn = []
     for t in range(4):
-        prompt = builder.rollout_prompt(
+        prompt, _ = builder.rollout_input(
             traj.task, traj.turns[:t], traj.response_ids[:t], traj.turns[t].observation
         )
         r = traj.response_ids[t]

@@ -233,23 +233,6 @@ class SampleBuilder:
         self._system = message_ids(tokenizer, "system", env.system_prompt())
 
     # -- rollouts ------------------------------------------------------------------------
-    def rollout_prompt(
-        self,
-        task: Task,
-        turns: Sequence[Turn],
-        response_ids: Sequence[Sequence[int]],
-        observation: str,
-        skill: str | None = None,
-        image=None,
-    ) -> list[int]:
-        """Token ids of the prompt for the next turn, ending with ``<|im_start|>assistant\\n``.
-
-        ``turns``/``response_ids``: the turns played so far and their sampled ids;
-        ``observation``: the current observation (``image``: its image, shown with a
-        vision codec); ``skill``: spliced in when given (Skill-Prompt baseline, teacher
-        contexts)."""
-        return self.rollout_input(task, turns, response_ids, observation, skill, image)[0]
-
     def rollout_input(
         self,
         task: Task,
@@ -259,7 +242,13 @@ class SampleBuilder:
         skill: str | None = None,
         image=None,
     ) -> tuple[list[int], tuple]:
-        """:meth:`rollout_prompt` and the images its placeholders stand for, in order."""
+        """Token ids of the prompt for the next turn, ending with ``<|im_start|>assistant\\n``,
+        and the images its placeholders stand for, in order.
+
+        ``turns``/``response_ids``: the turns played so far and their sampled ids;
+        ``observation``: the current observation (``image``: its image, shown with a
+        vision codec); ``skill``: spliced in when given (Skill-Prompt baseline, teacher
+        contexts)."""
         if len(turns) != len(response_ids):
             raise ValueError(f"{len(response_ids)} response id lists for {len(turns)} turns")
         if self.context == "window":
