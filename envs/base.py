@@ -323,11 +323,13 @@ class TextEnv(abc.ABC):
         writer for the Positive skill; phrasing may vary, content must be correct)."""
 
 
-def play_turn(env: TextEnv, observation: str, response: str) -> tuple[Turn, StepResult]:
-    """Apply ``response`` in ``env`` (whose current observation is ``observation``) and
-    record the turn with the privileged facts before and after it."""
+def play_turn(env: TextEnv, observation: str, response: str, image=None) -> tuple[Turn, StepResult]:
+    """Apply ``response`` in ``env`` (whose current observation is ``observation``; ``image``
+    its image when the caller rendered it already) and record the turn with the privileged
+    facts before and after it."""
     key, d_before = env.state_key(), env.distance_to_goal()
-    image = env.image() if env.images else None
+    if image is None and env.images:
+        image = env.image()
     result = env.step(response)
     info = dict(result.info)
     turn = Turn(

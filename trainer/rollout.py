@@ -85,9 +85,9 @@ def collect(
     generated, turn_index = 0, 0
     with backend.reuse_prefixes():
         while active := [ep for ep in live if not ep.done]:
-            inputs = [builder.rollout_input(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill,
-                                            ep.env.image() if ep.env.images else None)
-                      for ep in active]
+            shown = [ep.env.image() if ep.env.images else None for ep in active]
+            inputs = [builder.rollout_input(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill, image)
+                      for ep, image in zip(active, shown)]
             pictures = [images for _, images in inputs]
             outs = backend.generate(
                 [prompt for prompt, _ in inputs], max_new_tokens=sampling.max_new_tokens,
@@ -95,8 +95,8 @@ def collect(
                 seed=None if seed is None else seed + turn_index,
                 images=pictures if any(pictures) else None,
             )
-            for ep, out in zip(active, outs):
-                turn, ep.last = play_turn(ep.env, ep.observation, out.text)
+            for ep, out, image in zip(active, outs, shown):
+                turn, ep.last = play_turn(ep.env, ep.observation, out.text, image)
                 ep.turns.append(turn)
                 ep.response_ids.append(out.token_ids)
                 ep.observation = ep.last.observation

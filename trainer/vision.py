@@ -114,30 +114,29 @@ def mrope_positions(ids: torch.Tensor, mask: torch.Tensor, grids: torch.Tensor |
         text = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
         return text.unsqueeze(0).expand(3, -1, -1).clone()
     out = torch.ones((3, batch, length), dtype=torch.long)
-    ids_l, mask_l = ids.tolist(), mask.tolist()
-    grid_l = [] if grids is None else grids.tolist()
+    grid_l = grids.tolist()
     image = 0
     for b in range(batch):
-        pos, j = 0, 0
-        while j < length:
-            if not mask_l[b][j]:
-                j += 1
-                continue
-            if ids_l[b][j] != image_token_id:
-                out[:, b, j] = pos
-                pos, j = pos + 1, j + 1
-                continue
+        real = mask[b].nonzero().squeeze(-1).cpu()  # [R] columns of the row's tokens, in order
+        is_image = (ids[b, real] == image_token_id).cpu()  # [R]
+        starts = (is_image & ~torch.cat([torch.tensor([False]), is_image[:-1]])).nonzero().squeeze(-1).tolist()
+        pos, j = 0, 0  # next position; next real token not yet placed
+        for s in starts:  # text up to the run (one step a token), then the run's grid
+            out[:, b, real[j:s]] = torch.arange(pos, pos + s - j)
+            pos += s - j
             if image >= len(grid_l):
                 raise ValueError("more image placeholder runs than images")
             t, h, w = grid_l[image][0], grid_l[image][1] // merge, grid_l[image][2] // merge
             n = t * h * w
-            if ids_l[b][j:j + n] != [image_token_id] * n:
+            if not bool(is_image[s:s + n].all()) or (s + n < len(real) and bool(is_image[s + n])):
                 raise ValueError(f"image {image}: its placeholder run is not {n} tokens long")
             cells = torch.arange(n)
-            out[0, b, j:j + n] = pos + cells // (h * w)
-            out[1, b, j:j + n] = pos + (cells // w) % h
-            out[2, b, j:j + n] = pos + cells % w
-            pos, j, image = pos + max(t, h, w), j + n, image + 1
+            at = real[s:s + n]
+            out[0, b, at] = pos + cells // (h * w)
+            out[1, b, at] = pos + (cells // w) % h
+            out[2, b, at] = pos + cells % w
+            pos, j, image = pos + max(t, h, w), s + n, image + 1
+        out[:, b, real[j:]] = torch.arange(pos, pos + len(real) - j)
     if image != len(grid_l):
         raise ValueError(f"{len(grid_l)} images for {image} placeholder runs")
     return out.to(ids.device)
