@@ -271,3 +271,20 @@ def test_the_vllm_backend_gets_the_images_their_budget_and_no_vision_tokens(part
     assert "multi_modal_data" not in text
     assert set(calls["params"]["logit_bias"]) == vision_token_ids(tokenizer)
     assert set(calls["params"]["logit_bias"].values()) == {-100.0}
+
+
+def test_writer_backends_take_the_writers_two_images(monkeypatch):
+    """Every writer (self, frozen, the self-written library) builds its backend through
+    writer_backends, which admits the two images of a writer's prompt (a vLLM engine
+    rejects prompts with more images than its limit)."""
+    import types
+
+    import trainer.context as context
+    from trainer.samples import WRITER_IMAGES
+
+    seen = {}
+    monkeypatch.setattr(context, "make_backend", lambda *args, **kw: seen.update(args=args, kw=kw))
+    ctx = types.SimpleNamespace(cfg=types.SimpleNamespace(model="model-cfg"))
+    context.writer_backends(ctx, "tok", "codec")("policy")
+    assert seen == {"args": ("model-cfg", "policy", "tok", "codec"), "kw": {"images_per_prompt": WRITER_IMAGES}}
+    assert WRITER_IMAGES == 2

@@ -44,7 +44,8 @@ DEFAULT_LR_TINY = 1e-4
 # The backbone name of the random-init CPU model; it also turns the warm start on.
 TINY_BACKBONE = "tiny"
 # Its vision-language twin (a random-init Qwen2-VL that reads images: env.images).
-TINY_BACKBONES = (TINY_BACKBONE, "tiny-vl")
+TINY_VL_BACKBONE = "tiny-vl"
+TINY_BACKBONES = (TINY_BACKBONE, TINY_VL_BACKBONE)
 
 
 def _choices(*values: str) -> dict:
@@ -651,11 +652,11 @@ def check_registered(cfg: RunConfig) -> None:
         with_images = [n for n in envs.names() if envs.has_option(n, "images")]
         raise ConfigError(f"env.images: {cfg.env.name} renders no images; envs with images: "
                           f"{', '.join(with_images)}")
-    text_only = cfg.model.backbone in ("tiny", "smollm2-135m") or cfg.model.backbone.endswith("-shape")
+    text_only = cfg.model.backbone in (TINY_BACKBONE, "smollm2-135m") or cfg.model.backbone.endswith("-shape")
     if cfg.env.images and text_only:
         raise ConfigError(f"model.backbone: {cfg.model.backbone!r} reads text only; env.images needs "
                           f"a vision-language backbone: tiny-vl or a Qwen2-VL / Qwen2.5-VL path")
-    if cfg.model.backbone == "tiny-vl" and not cfg.env.images:
+    if cfg.model.backbone == TINY_VL_BACKBONE and not cfg.env.images:
         raise ConfigError("model.backbone: 'tiny-vl' reads images; set env.images=true (with "
                           "sokoban or ezpoints) or use backbone 'tiny' for text")
 

@@ -23,7 +23,7 @@ from trainer.algos import MethodSpec, get_method
 from trainer.backend import GenerationBackend, make_backend
 from trainer.config import RunConfig, model_folder
 from trainer.models import load_model, load_pretrained, resolve_device, resolve_dtype
-from trainer.samples import SampleBuilder, analyzer_prompt, analyzer_target
+from trainer.samples import WRITER_IMAGES, SampleBuilder, analyzer_prompt, analyzer_target
 from trainer.shapes import uses_local_tokenizer
 from trainer.vision import VisionCodec, is_vision_model
 from trainer.writers import (
@@ -99,11 +99,17 @@ def make_writer(ctx: Context, kind: str) -> Writer:
         "static": lambda: ctx.library,
         "external": lambda: ExternalWriter(ctx.prompt_env.domain_description(), cfg.writer),
         "self": lambda: SelfWriter(
-            ctx.model, ctx.tokenizer, lambda m: make_backend(cfg.model, m, ctx.tokenizer, ctx.builder.vision),
+            ctx.model, ctx.tokenizer, writer_backends(ctx, ctx.tokenizer, ctx.builder.vision),
             ctx.prompt_env.domain_description(), cfg.writer, cfg.model.max_prompt_tokens, ctx.builder.vision),
         "frozen": lambda: frozen_writer_from(ctx),
     }
     return builders[kind]()
+
+
+def writer_backends(ctx: Context, tokenizer, vision) -> Callable:
+    """A writer's backend factory (model -> backend): the run's backend kind, taking the
+    :data:`~trainer.samples.WRITER_IMAGES` images of a writer's prompt with ``vision``."""
+    return lambda model: make_backend(ctx.cfg.model, model, tokenizer, vision, images_per_prompt=WRITER_IMAGES)
 
 
 def frozen_writer_from(ctx: Context) -> FrozenWriter:
@@ -117,7 +123,7 @@ def frozen_writer_from(ctx: Context) -> FrozenWriter:
                                            resolve_dtype(cfg.model.dtype, device), device)
         vision = VisionCodec(model.config, tokenizer, cfg.model.max_image_tokens) \
             if vision is not None and is_vision_model(model) else None
-    return FrozenWriter(ctx.model, tokenizer, lambda m: make_backend(cfg.model, m, tokenizer, vision),
+    return FrozenWriter(ctx.model, tokenizer, writer_backends(ctx, tokenizer, vision),
                         ctx.prompt_env.domain_description(), cfg.writer,
                         cfg.model.max_prompt_tokens, model=model, vision=vision)
 
@@ -150,7 +156,7 @@ def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
     ctx = Context(cfg=cfg, spec=spec, make_env=make_env, prompt_env=prompt_env, model=model,
                   tokenizer=tokenizer, builder=builder,
                   backend=make_backend(cfg.model, model, tokenizer, vision,
-                                       images_per_prompt=max(2, prompt_env.max_turns + 1)),
+                                       images_per_prompt=prompt_env.max_turns + 1),
                   train_tasks=train_tasks)
     if cfg.writer.library and (spec.rollout_skill or spec.eval_skill or cfg.writer.kind == "static"):
         ctx.library = StaticWriter(load_library(cfg.writer.library))
@@ -188,7 +194,7 @@ def self_library(ctx: Context, resume: Path | None = None) -> StaticWriter:
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
     trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling, seed=cfg.seed)
     writer = SelfWriter(ctx.model, ctx.tokenizer,
-                        lambda m: make_backend(cfg.model, m, ctx.tokenizer, ctx.builder.vision),
+                        writer_backends(ctx, ctx.tokenizer, ctx.builder.vision),
                         ctx.prompt_env.domain_description(),
                         dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens,
                         ctx.builder.vision)

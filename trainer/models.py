@@ -39,8 +39,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from trainer.config import ModelConfig, TinyModelConfig
-from trainer.vision import TINY_VL_BACKBONE, VISION_TOKENS, build_tiny_vl_model
+from trainer.config import TINY_BACKBONES, TINY_VL_BACKBONE, ModelConfig, TinyModelConfig
+from trainer.vision import VISION_TOKENS, build_tiny_vl_model
 
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)
@@ -242,7 +242,7 @@ def load_model(
     """
     dev = resolve_device(device or model_cfg.device)
     dtype = resolve_dtype(model_cfg.dtype, dev)
-    if model_cfg.backbone in ("tiny", TINY_VL_BACKBONE):
+    if model_cfg.backbone in TINY_BACKBONES:
         if env_texts is None:
             raise ValueError(f"backbone {model_cfg.backbone!r} needs env_texts to train its tokenizer")
         vl = model_cfg.backbone == TINY_VL_BACKBONE

@@ -515,9 +515,13 @@ def serialize_episode(episode: Episode, max_observation_chars: int = 600) -> str
     return "\n".join(lines)
 
 
+WRITER_IMAGES = 2  # images in a writer's prompt: the first observation, the last state
+
+
 def episode_images(episode: Episode) -> tuple:
-    """The images a writer sees of ``episode``: its first observation's and the state's after
-    its last turn (``info["image"]`` of an env with ``images=True``); () unless both exist."""
+    """The :data:`WRITER_IMAGES` images a writer sees of ``episode``: its first observation's
+    and the state's after its last turn (``info["image"]`` of an env with ``images=True``);
+    () unless both exist."""
     if not episode.turns:
         return ()
     first, last = episode.turns[0].image, episode.turns[-1].info.get("image")

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
+from trainer.config import TINY_BACKBONES
 from trainer.models import IM_END, train_tokenizer
 
 SHAPE_SUFFIX = "-shape"
@@ -118,4 +119,4 @@ def load_shape(
 def uses_local_tokenizer(backbone: str) -> bool:
     """Backbones whose tokenizer is trained on environment text: ``tiny``, ``tiny-vl`` and
     the shapes."""
-    return backbone in ("tiny", "tiny-vl") or is_shape(backbone)
+    return backbone in TINY_BACKBONES or is_shape(backbone)

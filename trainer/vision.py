@@ -32,7 +32,6 @@ from transformers import PreTrainedTokenizerBase
 VISION_START, VISION_END, IMAGE_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"
 VIDEO_PAD = "<|video_pad|>"  # never used here; a Qwen2-VL config needs its id
 VISION_TOKENS = (VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD)
-TINY_VL_BACKBONE = "tiny-vl"
 
 
 def vision_token_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
