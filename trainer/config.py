@@ -311,6 +311,10 @@ class EvalConfig:
     max_tasks: int = field(default=0, metadata={"ge": 0})
     # 0 = greedy decoding.
     temperature: float = field(default=0.0, metadata={"ge": 0.0})
+    # Episodes per task at a temperature above 0 (avg@k): success is their mean, and its
+    # sampling noise shrinks by sqrt(k) (one 140-task panel at p = 0.35 has a standard error
+    # of 4 points). Greedy decoding plays each task once whatever this says.
+    samples: int = field(default=1, metadata={"ge": 1})
 
 
 @dataclass(frozen=True)

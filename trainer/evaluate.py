@@ -16,14 +16,22 @@ def panel_tasks(ctx: Context, split: str):
     return tasks[:limit] if limit else tasks
 
 
+def eval_samples(eval_cfg) -> int:
+    """Episodes per task: ``eval.samples`` when sampling, 1 when greedy (identical episodes)."""
+    return eval_cfg.samples if eval_cfg.temperature > 0 else 1
+
+
 def evaluate_panels(ctx: Context, step: int) -> tuple[dict[str, float], pd.DataFrame]:
-    """Play every task of each ``eval.splits`` panel once; returns ``eval/<split>/*``
-    metrics and the per-turn records of the episodes."""
+    """Play every task of each ``eval.splits`` panel ``eval.samples`` times (once when
+    greedy); returns ``eval/<split>/*`` metrics, means over all episodes, and the per-turn
+    records of the episodes (a task's samples share its group id)."""
     cfg = ctx.cfg
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.eval.temperature, 1.0)
+    samples = eval_samples(cfg.eval)
     metrics, frames = {}, []
     for split in cfg.eval.splits:
-        tasks = panel_tasks(ctx, split)
+        panel = panel_tasks(ctx, split)
+        tasks = [task for task in panel for _ in range(samples)]
         skills = [ctx.library.retrieve(t) for t in tasks] if ctx.spec.eval_skill else None
         trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling, skills,
                                   seed=cfg.seed * 7 + step)
@@ -34,5 +42,5 @@ def evaluate_panels(ctx: Context, step: int) -> tuple[dict[str, float], pd.DataF
         metrics[f"eval/{split}/episode_length"] = sum(len(e.turns) for e in episodes) / n
         metrics[f"eval/{split}/invalid_rate"] = (
             sum(not t.valid for e in episodes for t in e.turns) / max(1, sum(len(e.turns) for e in episodes)))
-        frames.append(build_records(step, split, trajectories, list(range(len(trajectories)))))
+        frames.append(build_records(step, split, trajectories, [i // samples for i in range(len(trajectories))]))
     return metrics, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
