@@ -298,8 +298,9 @@ class TextEnv(abc.ABC):
         return self.expert_action(epsilon=epsilon, rng=rng)
 
     def demo_thought(self, task: Task) -> str:
-        """The demonstrator's reasoning text (inside ``<think>``) for ``task``; behaviour
-        cloning teaches the policy to write it before each action.  Default: none."""
+        """The demonstrator's reasoning text (inside ``<think>``) for ``task`` in the current
+        state (read only from what the policy sees); behaviour cloning teaches the policy to
+        write it before each action.  Default: none."""
         return ""
 
     # -- prompt pieces -----------------------------------------------------------------

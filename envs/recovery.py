@@ -45,10 +45,10 @@ class Perturbation:
         """The forced turns as response texts, in the demonstrator's format (with its
         thought), so the actor reads a history like the ones it was trained on.  Plays them
         in ``env`` (a numbered action's number depends on the state it is taken in)."""
-        think, responses = env.demo_thought(self.task), []
+        responses = []
         env.reset(self.task)
         for action in self.actions:
-            responses.append(env.response_for(action, think=think))
+            responses.append(env.response_for(action, think=env.demo_thought(self.task)))
             env.step(responses[-1])
         return responses
 

@@ -100,12 +100,48 @@ def test_observation_shows_the_map_positions_and_admissible_moves():
     result = act(env, "right")
     assert result.observation.startswith("You move right.\n") and result.info["valid"]
     assert "#$___#\n#_@__#" in result.observation and not result.info["pushed"]
-    assert env.demo_thought(env.task) == (
-        "Goal: push the box onto the target; never push a box into a corner."
-    )
+    # the box must go down two cells: the next push starts from the cell above it
+    assert env.demo_thought(env.task) == "Push the box at row 3, column 2 down from row 2, column 2."
     assert "+" in SokobanEnv(show_admissible=False).reset(
         custom_task("sokoban/custom/0002", ("#####", "#+$_#", "#####"))
     )
+
+
+def test_demo_thought_names_the_next_push_or_the_goal_when_there_is_none():
+    env = SokobanEnv()
+    corridor = custom_task("sokoban/custom/0010", ("######", "#@$_.#", "######"))
+    goal = "Goal: push the box onto the target; never push a box into a corner."
+    assert env.demo_thought(corridor) == goal  # before the episode starts
+    env.reset(corridor)
+    assert env.demo_thought(corridor) == "Push the box at row 2, column 3 right from row 2, column 2."
+    act(env, "right")
+    assert env.demo_thought(corridor) == "Push the box at row 2, column 4 right from row 2, column 3."
+    env.reset(custom_task("sokoban/custom/0011", CORNER))
+    act(env, "up")  # pushes the box into the top-left corner: a dead end, no push left
+    assert env.is_dead_end() and env.demo_thought(env.task) == goal
+
+
+def test_every_demo_thought_is_the_push_the_expert_then_makes():
+    """Following the optimal plan on eval maps, every push happens from the cell, on the
+    box and in the direction that the thought before it named."""
+    env = SokobanEnv()
+    pushes = 0
+
+    def cell(i: int) -> str:
+        return f"row {i // env.board.cols + 1}, column {i % env.board.cols + 1}"
+
+    for task in env.panel("eval")[:40]:
+        env.reset(task)
+        result = None
+        while not env.done:
+            thought, action, player = env.demo_thought(task), env.expert_action(), env.state[0]
+            result = act(env, action)
+            if result.info["pushed"]:
+                box = player + env.board.deltas[action]
+                assert thought == f"Push the box at {cell(box)} {action} from {cell(player)}.", task.id
+                pushes += 1
+        assert result.success
+    assert pushes >= 40
 
 
 def test_pushes_move_boxes_and_solving_ends_with_reward_one():

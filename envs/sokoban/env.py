@@ -196,10 +196,32 @@ class SokobanEnv(TextEnv):
         return [a for _, a in sorted(wrong)]
 
     def demo_thought(self, task: Task) -> str:
-        """The goal in one line, the same on every turn (the demonstrator's reasoning)."""
+        """The next push of the optimal plan from the current state, read off the map: which
+        box, which way, and the cell to push it from ("Push the box at row 4, column 3 up
+        from row 5, column 3."), so that the move itself only has to head for that cell.  At
+        the start of an episode of another task, when solved, or in a dead end (no plan):
+        the goal in one line."""
         boxes = len(solve(tuple(task.spec["rows"])).board.start[1])
         what = "the box onto the target" if boxes == 1 else "every box onto a target"
-        return f"Goal: push {what}; never push a box into a corner."
+        goal = f"Goal: push {what}; never push a box into a corner."
+        if self.state is None or self.task is None or self.task.id != task.id:
+            return goal
+        push = self.next_push()
+        if push is None:
+            return goal
+        box, direction, stand = push
+        return f"Push the box at {_cell(self.board, box)} {direction} from {_cell(self.board, stand)}."
+
+    def next_push(self) -> tuple[int, str, int] | None:
+        """(box cell, direction, cell the player pushes from) of the first push on the
+        optimal plan from the current state, or None (solved or a dead end)."""
+        board, state = self.board, self._require_state()
+        for action in self.optimal_plan():
+            nxt, pushed = move(board, state, action)
+            if pushed:
+                return state[0] + board.deltas[action], action, state[0]
+            state = nxt
+        return None
 
     # -- prompt pieces -----------------------------------------------------------------
     def system_prompt(self) -> str:
