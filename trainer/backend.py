@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from trainer.config import TINY_BACKBONES, ModelConfig
+from trainer.config import ModelConfig, is_builtin_backbone
 from trainer.vision import is_vision_model, vision_inputs, vision_token_ids
 
 # A response is complete when it closes its action, query or answer (or ends its turn).
@@ -451,7 +451,7 @@ def make_backend(
     if model_cfg.backend == "transformers":
         return TransformersBackend(model, tokenizer, vision=vision)
     if model_cfg.backend == "vllm":
-        if model_cfg.backbone in (*TINY_BACKBONES, "smollm2-135m") or model_cfg.backbone.endswith("-shape"):
+        if is_builtin_backbone(model_cfg.backbone):
             raise ValueError(
                 f"backend 'vllm' needs a transformers model path, not backbone {model_cfg.backbone!r}"
             )

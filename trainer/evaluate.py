@@ -16,18 +16,13 @@ def panel_tasks(ctx: Context, split: str):
     return tasks[:limit] if limit else tasks
 
 
-def eval_samples(eval_cfg) -> int:
-    """Episodes per task: ``eval.samples`` when sampling, 1 when greedy (identical episodes)."""
-    return eval_cfg.samples if eval_cfg.temperature > 0 else 1
-
-
 def evaluate_panels(ctx: Context, step: int) -> tuple[dict[str, float], pd.DataFrame]:
     """Play every task of each ``eval.splits`` panel ``eval.samples`` times (once when
     greedy); returns ``eval/<split>/*`` metrics, means over all episodes, and the per-turn
     records of the episodes (a task's samples share its group id)."""
     cfg = ctx.cfg
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.eval.temperature, 1.0)
-    samples = eval_samples(cfg.eval)
+    samples = cfg.eval.samples if cfg.eval.temperature > 0 else 1  # greedy episodes are identical
     metrics, frames = {}, []
     for split in cfg.eval.splits:
         panel = panel_tasks(ctx, split)

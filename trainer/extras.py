@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from trainer.config import ConfigError, RunConfig
+from trainer.config import SMOLLM2_BACKBONE, ConfigError, RunConfig
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ INSTALL_HINTS: dict[str, str] = {m: e.install for e in (SMOLLM, VLLM, ALFWORLD) 
 def extras_needed(cfg: RunConfig) -> list[Extra]:
     """The optional extras ``cfg`` needs (none for the tiny backbone on built-in envs)."""
     needed = []
-    if cfg.model.backbone == "smollm2-135m":
+    if cfg.model.backbone == SMOLLM2_BACKBONE:
         needed.append(SMOLLM)
     if cfg.model.backend == "vllm":
         needed.append(VLLM)

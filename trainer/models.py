@@ -39,7 +39,14 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from trainer.config import TINY_BACKBONES, TINY_VL_BACKBONE, ModelConfig, TinyModelConfig
+from trainer.config import (
+    SHAPE_SUFFIX,
+    SMOLLM2_BACKBONE,
+    TINY_BACKBONES,
+    TINY_VL_BACKBONE,
+    ModelConfig,
+    TinyModelConfig,
+)
 from trainer.vision import VISION_TOKENS, build_tiny_vl_model
 
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
@@ -249,9 +256,9 @@ def load_model(
         tokenizer = train_tokenizer(env_texts, model_cfg.tiny.vocab_size, VISION_TOKENS if vl else ())
         build = build_tiny_vl_model if vl else build_tiny_model
         model = build(tokenizer, model_cfg.tiny, seed).to(device=dev, dtype=dtype)
-    elif model_cfg.backbone == "smollm2-135m":
+    elif model_cfg.backbone == SMOLLM2_BACKBONE:
         model, tokenizer = load_smollm2(dtype=dtype, device=dev)
-    elif model_cfg.backbone.endswith("-shape"):  # paper-shaped, random weights (trainer/shapes.py)
+    elif model_cfg.backbone.endswith(SHAPE_SUFFIX):  # paper-shaped, random weights (trainer/shapes.py)
         from trainer.shapes import load_shape
 
         model, tokenizer = load_shape(model_cfg.backbone, env_texts, model_cfg.tiny.vocab_size, seed, dtype, dev)

@@ -25,10 +25,9 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
-from trainer.config import TINY_BACKBONES
+from trainer.config import SHAPE_SUFFIX, TINY_BACKBONES
 from trainer.models import IM_END, train_tokenizer
 
-SHAPE_SUFFIX = "-shape"
 CONFIG_DIR = Path(__file__).resolve().parent / "shape_configs"
 # Released parameter counts (model cards: 0.49B, 1.54B, 3.09B, 7.61B), the check that a
 # bundled config is the architecture it names.
