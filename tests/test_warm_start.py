@@ -163,3 +163,18 @@ def test_the_bundled_self_writer_writes_valid_hindsight_at_the_default_budget():
     cfg = resolve(apply_overrides(load_config(SMALL), {"model.device": "cpu", "stages.warm_start.checkpoint": ""}))
     ctx = build_context(cfg, init_from=str(bundle_path("household-small")))
     assert writer_validity(ctx)["writer/panel_valid_rate"] >= 0.5
+
+
+def test_the_warm_start_bar_counts_down_to_its_optimizer_steps():
+    """The bar opens before the demonstrations exist; behaviour cloning gives it the total
+    (epochs x batches), so a long warm start shows its ETA."""
+    import io
+
+    from tqdm.auto import tqdm
+
+    cfg = micro()
+    with tqdm(desc="warm start", unit="batch", file=io.StringIO()) as bar:
+        _, metrics = train_warm_start(cfg, bar)
+        ws = cfg.stages.warm_start
+        assert bar.total == ws.epochs * -(-int(metrics["warm/examples"]) // ws.batch_size)
+        assert bar.n == bar.total

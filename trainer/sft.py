@@ -54,7 +54,8 @@ def sft(
     vision=None,
 ) -> dict[str, float]:
     """Fine-tune ``model`` in place (AdamW, :func:`warmup_cosine` schedule); ``vision``: the
-    codec of the examples' images (:mod:`trainer.vision`).  Returns
+    codec of the examples' images (:mod:`trainer.vision`); ``progress``: a tqdm bar advanced
+    once per optimizer step (one opened without a total gets this call's).  Returns
     ``{"sft/loss_first", "sft/loss_last",
     "sft/examples", "sft/tokens"}`` (mean loss of the first and the last epoch)."""
     if not examples:
@@ -62,6 +63,8 @@ def sft(
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     total_steps = epochs * math.ceil(len(examples) / batch_size)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps))
+    if progress is not None and getattr(progress, "total", 0) is None:
+        progress.reset(total=total_steps)  # a bar opened before the examples existed: give it an ETA
     rng = random.Random(f"sft:{seed}")
     order = list(range(len(examples)))
     epoch_losses = []
