@@ -169,6 +169,7 @@ def test_the_warm_start_bar_counts_down_to_its_optimizer_steps():
     """The bar opens before the demonstrations exist; behaviour cloning gives it the total
     (epochs x batches), so a long warm start shows its ETA."""
     import io
+    import math
 
     from tqdm.auto import tqdm
 
@@ -176,5 +177,5 @@ def test_the_warm_start_bar_counts_down_to_its_optimizer_steps():
     with tqdm(desc="warm start", unit="batch", file=io.StringIO()) as bar:
         _, metrics = train_warm_start(cfg, bar)
         ws = cfg.stages.warm_start
-        assert bar.total == ws.epochs * -(-int(metrics["warm/examples"]) // ws.batch_size)
+        assert bar.total == ws.epochs * math.ceil(metrics["warm/examples"] / ws.batch_size)
         assert bar.n == bar.total
