@@ -55,10 +55,11 @@ def has_admissible_switch(name: str) -> bool:
 
 
 def env_options(name: str, level: str = "", show_admissible: bool | None = None,
-                action_format: str = "text", images: bool = False, **options) -> dict:
+                action_format: str = "text", images: bool = False, action_match: str = "exact",
+                **options) -> dict:
     """Keyword options for :func:`make`: ``level``, ``show_admissible``, a non-text
-    ``action_format`` and ``images`` are passed only to the envs that have them (an empty
-    level or None means the env's default)."""
+    ``action_format``, ``images`` and a non-exact ``action_match`` are passed only to the
+    envs that have them (an empty level or None means the env's default)."""
     if level and len(env_class(name).levels) > 1:
         options["level"] = level
     if show_admissible is not None and has_admissible_switch(name):
@@ -67,6 +68,8 @@ def env_options(name: str, level: str = "", show_admissible: bool | None = None,
         options["action_format"] = action_format
     if images and has_option(name, "images"):
         options["images"] = True
+    if action_match != "exact" and has_option(name, "action_match"):
+        options["action_match"] = action_match
     return options
 
 

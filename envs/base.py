@@ -20,6 +20,7 @@ This module is pure Python: ``envs/`` never imports torch or the trainer.
 from __future__ import annotations
 
 import abc
+import difflib
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -153,6 +154,11 @@ def error_turn(episode: Episode) -> int | None:
 
 # How a policy writes its action: the action's text, or the number of a listed action.
 ACTION_FORMATS = ("text", "numbered")
+# How an env reads a written command that is not admissible as written: ``exact`` (an
+# invalid step, the papers' rule) or ``nearest`` (the most similar admissible command with
+# the same verb, when it is at least ACTION_MATCH_CUTOFF alike; see :func:`nearest_listed`).
+ACTION_MATCHES = ("exact", "nearest")
+ACTION_MATCH_CUTOFF = 0.8
 
 # verl-agent's ALFWorld prompt (the one SEED, ETRO and GiGPO train with) ends every
 # observation with this line; history and analyzer prompts keep only the part before it.
@@ -173,6 +179,25 @@ def pick_listed(text: str, actions: Sequence[str]) -> str | None:
     if not text.isdigit() or not 1 <= int(text) <= len(actions):
         return None
     return actions[int(text) - 1]
+
+
+def nearest_listed(text: str, actions: Sequence[str],
+                   cutoff: float = ACTION_MATCH_CUTOFF) -> str | None:
+    """The listed action most like ``text`` (difflib's ratio of the two strings) among those
+    with the same first word, when it is at least ``cutoff`` alike; ``text`` itself when it is
+    listed; None otherwise.  Reads "take soapbar 2 from countertop 1" as "take soapbar 1 from
+    countertop 1" when only that one is listed, never a "take" as a "go to"."""
+    if text in actions:
+        return text
+    verb = text.split(" ", 1)[0]
+    best, best_ratio = None, 0.0
+    for action in actions:
+        if action.split(" ", 1)[0] != verb:
+            continue
+        ratio = difflib.SequenceMatcher(None, text, action).ratio()
+        if ratio >= cutoff and ratio > best_ratio:
+            best, best_ratio = action, ratio
+    return best
 
 
 def without_admissible(observation: str) -> str:

@@ -312,6 +312,10 @@ def test_env_level_and_admissible_switch_resolve_per_env():
         resolve(apply_overrides(RunConfig(), ["env.action_format=numbered", "env.show_admissible=false"]))
     with pytest.raises(ConfigError, match="env.action_format: 'letters'.*numbered"):
         resolve(apply_overrides(RunConfig(), ["env.action_format=letters"]))
+    with pytest.raises(ConfigError, match=r"env.action_match: shop reads commands only as written.*\(household\)"):
+        resolve(apply_overrides(RunConfig(), ["env.name=shop", "env.action_match=nearest"]))
+    with pytest.raises(ConfigError, match="env.action_match: 'closest'.*exact, nearest"):
+        resolve(apply_overrides(RunConfig(), ["env.action_match=closest"]))
 
 
 def test_env_factory_passes_level_and_switch_to_the_env():
@@ -321,6 +325,8 @@ def test_env_factory_passes_level_and_switch_to_the_env():
     assert (env.level, env.show_admissible) == ("small", False)
     numbered = env_factory(resolve(apply_overrides(RunConfig(), ["env.action_format=numbered"])))()
     assert numbered.numbered and not env.numbered
+    matched = env_factory(resolve(apply_overrides(RunConfig(), ["env.action_match=nearest"])))()
+    assert matched.nearest and not env.nearest
     assert env.panel("eval_seen")[0].id == "household/eval_seen/s0000"
     shop = env_factory(resolve(apply_overrides(RunConfig(), {"env.name": "shop"})))()
     assert shop.name == "shop"

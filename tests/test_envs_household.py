@@ -567,6 +567,47 @@ def test_numbered_format_lists_numbers_and_a_number_picks_its_command():
         HouseholdEnv(action_format="letters")
 
 
+def test_nearest_match_reads_a_misnamed_command_as_the_listed_one_with_its_verb():
+    from envs.base import nearest_listed
+
+    listed = ["go to countertop 1", "take soapbar 1 from countertop 1", "open drawer 1", "look"]
+    assert nearest_listed("take soapbar 2 from countertop 1", listed) == "take soapbar 1 from countertop 1"
+    assert nearest_listed("go to countertop 3", listed) == "go to countertop 1"
+    assert nearest_listed("look", listed) == "look"
+    # never across verbs, never below the cutoff
+    assert nearest_listed("open countertop 1", listed) is None
+    assert nearest_listed("take apple 1 from fridge 1", listed) is None
+    assert nearest_listed("take soapbar 2 from countertop 1", listed, cutoff=0.99) is None
+
+
+def test_nearest_action_match_plays_a_misnamed_command_and_says_so():
+    exact, nearest = HouseholdEnv(), HouseholdEnv(action_match="nearest")
+    task = kitchen_task()
+    exact.reset(task)
+    nearest.reset(task)
+    wrong = format_response("go to fridge 2")  # the kitchen has only fridge 1
+    step = exact.step(wrong)
+    assert not step.info["valid"] and step.observation.startswith(INVALID_OBSERVATION)
+    assert not step.info["matched"]
+    step = nearest.step(wrong)
+    assert step.info["valid"] and step.info["matched"] and step.info["action"] == "go to fridge 1"
+    assert "fridge 1" in step.observation and not step.observation.startswith(INVALID_OBSERVATION)
+    # a listed command is not "matched"; a command like none listed stays invalid
+    assert not nearest.step(format_response("open fridge 1")).info["matched"]
+    step = nearest.step(format_response("heat apple 1 with fridge 1"))
+    assert not step.info["valid"] and not step.info["matched"]
+    assert step.reward == -nearest.invalid_penalty
+    with pytest.raises(ValueError, match="action_match 'fuzzy' is not one of exact, nearest"):
+        HouseholdEnv(action_match="fuzzy")
+    # the demonstrator's episodes are the same under either rule
+    text = envs.make("household", level="small", max_turns=15)
+    matched = envs.make("household", level="small", max_turns=15, action_match="nearest")
+    for task in text.panel("eval_seen")[:10]:
+        a = run_episode(text, task, expert_policy(0.0))
+        b = run_episode(matched, task, expert_policy(0.0))
+        assert a.actions == b.actions and a.success and b.success
+
+
 def test_numbered_format_plays_the_same_episodes_as_text():
     text = envs.make("household", level="small", max_turns=15)
     numbered = envs.make("household", level="small", max_turns=15, action_format="numbered")

@@ -135,6 +135,12 @@ class EnvConfig:
     # needs show_admissible).  Opt-in: a tiny CPU policy picks by number far more reliably
     # than it copies names and numbers out of its context.
     action_format: str = field(default="text", metadata=_choices("text", "numbered"))
+    # How a written command that is not admissible as written is read: "exact" (an invalid
+    # step, the papers' rule) or "nearest" (the most similar admissible command with the
+    # same verb, at least 0.8 alike by difflib's ratio; household only).  Opt-in: a tiny CPU
+    # policy writes the right command with a wrong name or number ("take soapbar 2" where
+    # only soapbar 1 is), and RL then spends its updates on copying instead of the task.
+    action_match: str = field(default="exact", metadata=_choices("exact", "nearest"))
     # Show each observation's image (sokoban, ezpoints) before its text, for a vision-language
     # backbone (tiny-vl, or a Qwen2-VL / Qwen2.5-VL path); the text rendering stays.
     images: bool = False
@@ -662,6 +668,11 @@ def check_registered(cfg: RunConfig) -> None:
         if cfg.env.show_admissible is False:
             raise ConfigError(f"env.action_format: {cfg.env.action_format!r} picks from the "
                               f"admissible list, so env.show_admissible cannot be false")
+    if cfg.env.action_match != "exact" and not envs.has_option(cfg.env.name, "action_match"):
+        with_match = [n for n in envs.names() if envs.has_option(n, "action_match")]
+        raise ConfigError(f"env.action_match: {cfg.env.name} reads commands only as written; "
+                          f"{cfg.env.action_match!r} needs an env with admissible commands "
+                          f"({', '.join(with_match)})")
     if cfg.env.images and not envs.has_option(cfg.env.name, "images"):
         with_images = [n for n in envs.names() if envs.has_option(n, "images")]
         raise ConfigError(f"env.images: {cfg.env.name} renders no images; envs with images: "

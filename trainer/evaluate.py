@@ -35,7 +35,8 @@ def evaluate_panels(ctx: Context, step: int) -> tuple[dict[str, float], pd.DataF
         metrics[f"eval/{split}/success"] = sum(e.success for e in episodes) / n
         metrics[f"eval/{split}/score"] = sum(e.score for e in episodes) / n
         metrics[f"eval/{split}/episode_length"] = sum(len(e.turns) for e in episodes) / n
-        metrics[f"eval/{split}/invalid_rate"] = (
-            sum(not t.valid for e in episodes for t in e.turns) / max(1, sum(len(e.turns) for e in episodes)))
+        turns = [t for e in episodes for t in e.turns]
+        metrics[f"eval/{split}/invalid_rate"] = sum(not t.valid for t in turns) / max(1, len(turns))
+        metrics[f"eval/{split}/matched_rate"] = sum(bool(t.info.get("matched")) for t in turns) / max(1, len(turns))
         frames.append(build_records(step, split, trajectories, [i // samples for i in range(len(trajectories))]))
     return metrics, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

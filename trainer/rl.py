@@ -330,6 +330,8 @@ def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str,
         "train/reward": _mean([e.total_reward for e in episodes]),
         "train/episode_length": _mean([len(e.turns) for e in episodes]),
         "train/invalid_rate": _mean([not t.valid for t in turns]),
+        # commands read as a similar admissible one (env.action_match: nearest; else 0)
+        "train/matched_rate": _mean([bool(t.info.get("matched")) for t in turns]),
         "train/entropy": float((batch.old.entropy * mask).sum() / mask.sum().clamp(min=1)),
     }
     metrics.update(batch.adv_metrics)

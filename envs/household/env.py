@@ -24,11 +24,13 @@ from typing import NamedTuple
 
 from envs.base import (
     ACTION_FORMATS,
+    ACTION_MATCHES,
     StepResult,
     Task,
     TextEnv,
     Turn,
     format_response,
+    nearest_listed,
     parse_tagged,
     pick_listed,
     with_admissible,
@@ -88,23 +90,31 @@ class HouseholdEnv(TextEnv):
         level: str = "full",
         show_admissible: bool = True,
         action_format: str = "text",
+        action_match: str = "exact",
     ):
         """``level``: ``full`` (paper scale) or ``small`` (CPU level, see
         ``envs.household.world``); ``show_admissible``: every observation ends with the
         admissible commands of the current state, as verl-agent's ALFWorld prompt does;
         ``action_format``: ``text`` (the policy writes the command) or ``numbered`` (the
-        admissible list is numbered and the policy writes the number of its command)."""
+        admissible list is numbered and the policy writes the number of its command);
+        ``action_match``: ``exact`` (a command not admissible as written is an invalid step)
+        or ``nearest`` (it is read as the most similar admissible command with the same verb,
+        :func:`envs.base.nearest_listed`, when there is one)."""
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
         level_spec(level)
         if action_format not in ACTION_FORMATS:
             raise ValueError(f"household: action_format {action_format!r} is not one of "
                              f"{', '.join(ACTION_FORMATS)}")
+        if action_match not in ACTION_MATCHES:
+            raise ValueError(f"household: action_match {action_match!r} is not one of "
+                             f"{', '.join(ACTION_MATCHES)}")
         if action_format == "numbered" and not show_admissible:
             raise ValueError("household: action_format 'numbered' picks from the admissible "
                              "list, so it needs show_admissible on")
         self.level = level
         self.show_admissible = show_admissible
         self.numbered = action_format == "numbered"
+        self.nearest = action_match == "nearest"
         self.world: World | None = None
         self.state: State | None = None
         self.done = False
@@ -132,7 +142,9 @@ class HouseholdEnv(TextEnv):
         if self.state is None or self.done:
             raise RuntimeError("household: call reset(task) before step() (episode not running)")
         self.turn += 1
-        action = self.parse_action(response_text)
+        written = action = self.parse_action(response_text)
+        if action and self.nearest:
+            action = nearest_listed(action, self._facts().actions) or action
         op = self._facts().ops.get(action) if action else None
         if op is None:
             observation, success, reward = INVALID_OBSERVATION, False, -self.invalid_penalty
@@ -145,7 +157,8 @@ class HouseholdEnv(TextEnv):
         facts = self._facts()
         observation = self._observe(observation)
         info = {"state_key": facts.key, "distance": len(facts.plan), "plan": list(facts.plan),
-                "valid": op is not None, "action": action or "", "score": float(success)}
+                "valid": op is not None, "action": action or "", "score": float(success),
+                "matched": op is not None and action != written}
         return StepResult(observation, reward, self.done, success, info)
 
     def parse_action(self, response_text: str) -> str | None:
