@@ -56,10 +56,11 @@ def has_admissible_switch(name: str) -> bool:
 
 def env_options(name: str, level: str = "", show_admissible: bool | None = None,
                 action_format: str = "text", images: bool = False, action_match: str = "exact",
-                **options) -> dict:
+                progress_reward: float = 0.0, **options) -> dict:
     """Keyword options for :func:`make`: ``level``, ``show_admissible``, a non-text
-    ``action_format``, ``images`` and a non-exact ``action_match`` are passed only to the
-    envs that have them (an empty level or None means the env's default)."""
+    ``action_format``, ``images``, a non-exact ``action_match`` and a non-zero
+    ``progress_reward`` are passed only to the envs that have them (an empty level or None
+    means the env's default)."""
     if level and len(env_class(name).levels) > 1:
         options["level"] = level
     if show_admissible is not None and has_admissible_switch(name):
@@ -70,6 +71,8 @@ def env_options(name: str, level: str = "", show_admissible: bool | None = None,
         options["images"] = True
     if action_match != "exact" and has_option(name, "action_match"):
         options["action_match"] = action_match
+    if progress_reward and has_option(name, "progress_reward"):
+        options["progress_reward"] = progress_reward
     return options
 
 

@@ -314,6 +314,10 @@ def test_env_level_and_admissible_switch_resolve_per_env():
         resolve(apply_overrides(RunConfig(), ["env.action_format=letters"]))
     with pytest.raises(ConfigError, match=r"env.action_match: shop reads commands only as written.*\(household\)"):
         resolve(apply_overrides(RunConfig(), ["env.name=shop", "env.action_match=nearest"]))
+    with pytest.raises(ConfigError, match="env.progress_reward: shop has no distance-to-goal reward; envs with one: household"):
+        resolve(apply_overrides(RunConfig(), ["env.name=shop", "env.progress_reward=0.5"]))
+    with pytest.raises(ConfigError, match="env.progress_reward"):
+        resolve(apply_overrides(RunConfig(), ["env.progress_reward=-0.5"]))
     with pytest.raises(ConfigError, match="env.action_match: 'closest'.*exact, nearest"):
         resolve(apply_overrides(RunConfig(), ["env.action_match=closest"]))
 
@@ -327,6 +331,8 @@ def test_env_factory_passes_level_and_switch_to_the_env():
     assert numbered.numbered and not env.numbered
     matched = env_factory(resolve(apply_overrides(RunConfig(), ["env.action_match=nearest"])))()
     assert matched.nearest and not env.nearest
+    shaped = env_factory(resolve(apply_overrides(RunConfig(), ["env.progress_reward=0.5"])))()
+    assert (shaped.progress_reward, env.progress_reward) == (0.5, 0.0)
     assert env.panel("eval_seen")[0].id == "household/eval_seen/s0000"
     shop = env_factory(resolve(apply_overrides(RunConfig(), {"env.name": "shop"})))()
     assert shop.name == "shop"

@@ -608,6 +608,24 @@ def test_nearest_action_match_plays_a_misnamed_command_and_says_so():
         assert a.actions == b.actions and a.success and b.success
 
 
+def test_progress_reward_returns_the_outcome_plus_the_share_of_the_plan_covered():
+    plain = envs.make("household", level="small", max_turns=15)
+    shaped = envs.make("household", level="small", max_turns=15, progress_reward=0.5)
+    for task in plain.panel("eval_seen")[:12]:
+        a = run_episode(plain, task, demo_policy(0.3, seed="p"))
+        b = run_episode(shaped, task, demo_policy(0.3, seed="p"))
+        assert a.actions == b.actions and a.success == b.success
+        d0 = a.turns[0].distance_before
+        covered = (d0 - a.turns[-1].distance_after) / d0
+        assert b.total_reward == pytest.approx(a.total_reward + 0.5 * covered)
+        # step by step: only valid steps earn it, by their own change of distance
+        for ta, tb in zip(a.turns, b.turns):
+            gain = (ta.distance_before - ta.distance_after) / d0 if ta.valid else 0.0
+            assert tb.reward == pytest.approx(ta.reward + 0.5 * gain)
+    with pytest.raises(ValueError, match="progress_reward must be >= 0"):
+        HouseholdEnv(progress_reward=-1.0)
+
+
 def test_numbered_format_plays_the_same_episodes_as_text():
     text = envs.make("household", level="small", max_turns=15)
     numbered = envs.make("household", level="small", max_turns=15, action_format="numbered")

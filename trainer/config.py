@@ -117,6 +117,11 @@ class EnvConfig:
     # Reward subtracted per invalid (unparseable/inadmissible) step, episode continues; 0 = the
     # papers' binary outcome; verl-agent's ALFWorld/WebShop recipes use 0.1 (a study setting).
     invalid_penalty: float = field(default=0.0, metadata={"ge": 0.0})
+    # c >= 0: every valid step also earns c * (d_before - d_after) / d_0, d the oracle's
+    # distance to the goal, so an episode returns its outcome plus c times the share of the
+    # optimal plan it covered (potential-based shaping; household only).  0 = the papers'
+    # outcome reward.  Opt-in: groups in which every episode fails still rank by progress.
+    progress_reward: float = field(default=0.0, metadata={"ge": 0.0})
     # Training split to sample tasks from.
     train_split: str = "train"
     # Sample builder: "window" (one sample per turn, last N turns) or "full" (one sequence).
@@ -673,6 +678,10 @@ def check_registered(cfg: RunConfig) -> None:
         raise ConfigError(f"env.action_match: {cfg.env.name} reads commands only as written; "
                           f"{cfg.env.action_match!r} needs an env with admissible commands "
                           f"({', '.join(with_match)})")
+    if cfg.env.progress_reward and not envs.has_option(cfg.env.name, "progress_reward"):
+        shaped = [n for n in envs.names() if envs.has_option(n, "progress_reward")]
+        raise ConfigError(f"env.progress_reward: {cfg.env.name} has no distance-to-goal reward; "
+                          f"envs with one: {', '.join(shaped)}")
     if cfg.env.images and not envs.has_option(cfg.env.name, "images"):
         with_images = [n for n in envs.names() if envs.has_option(n, "images")]
         raise ConfigError(f"env.images: {cfg.env.name} renders no images; envs with images: "

@@ -91,6 +91,7 @@ class HouseholdEnv(TextEnv):
         show_admissible: bool = True,
         action_format: str = "text",
         action_match: str = "exact",
+        progress_reward: float = 0.0,
     ):
         """``level``: ``full`` (paper scale) or ``small`` (CPU level, see
         ``envs.household.world``); ``show_admissible``: every observation ends with the
@@ -99,7 +100,11 @@ class HouseholdEnv(TextEnv):
         admissible list is numbered and the policy writes the number of its command);
         ``action_match``: ``exact`` (a command not admissible as written is an invalid step)
         or ``nearest`` (it is read as the most similar admissible command with the same verb,
-        :func:`envs.base.nearest_listed`, when there is one)."""
+        :func:`envs.base.nearest_listed`, when there is one); ``progress_reward``: c >= 0
+        adds c * (d_before - d_after) / d_0 to every valid step's reward, d the oracle's
+        distance to the goal and d_0 the episode's first, so an episode's return is its
+        outcome plus c times the share of the optimal plan it covered (potential-based
+        shaping; 0, the default, is the papers' outcome reward)."""
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
         level_spec(level)
         if action_format not in ACTION_FORMATS:
@@ -108,6 +113,10 @@ class HouseholdEnv(TextEnv):
         if action_match not in ACTION_MATCHES:
             raise ValueError(f"household: action_match {action_match!r} is not one of "
                              f"{', '.join(ACTION_MATCHES)}")
+        if progress_reward < 0:
+            raise ValueError(f"household: progress_reward must be >= 0, got {progress_reward}")
+        self.progress_reward = progress_reward
+        self._start_distance = 1
         if action_format == "numbered" and not show_admissible:
             raise ValueError("household: action_format 'numbered' picks from the admissible "
                              "list, so it needs show_admissible on")
@@ -136,6 +145,7 @@ class HouseholdEnv(TextEnv):
         self.task, self.turn, self.done = task, 0, False
         self.state, self._current = State(self.world), None
         self._rng = random.Random(f"household/expert/{task.id}")
+        self._start_distance = max(1, len(self._facts().plan))
         return self.replay_actions(self._observe(room_overview(self.world)), replay)
 
     def step(self, response_text: str) -> StepResult:
@@ -145,7 +155,8 @@ class HouseholdEnv(TextEnv):
         written = action = self.parse_action(response_text)
         if action and self.nearest:
             action = nearest_listed(action, self._facts().actions) or action
-        op = self._facts().ops.get(action) if action else None
+        before = self._facts()
+        op = before.ops.get(action) if action else None
         if op is None:
             observation, success, reward = INVALID_OBSERVATION, False, -self.invalid_penalty
         else:
@@ -155,6 +166,8 @@ class HouseholdEnv(TextEnv):
             reward = 1.0 if success else 0.0
         self.done = success or self.turn >= self.max_turns
         facts = self._facts()
+        if op is not None and self.progress_reward:
+            reward += self.progress_reward * (len(before.plan) - len(facts.plan)) / self._start_distance
         observation = self._observe(observation)
         info = {"state_key": facts.key, "distance": len(facts.plan), "plan": list(facts.plan),
                 "valid": op is not None, "action": action or "", "score": float(success),
