@@ -40,6 +40,10 @@ def test_the_bundled_warm_start_was_trained_on_todays_environment():
     meta = check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))
     assert meta["env_fingerprint"] == envs.fingerprint(env_factory(cfg)())
     assert meta["evaluation"]["eval_seen/success/greedy"] >= 0.0
+    # reward shaping changes what RL sees, not what behaviour cloning learned from
+    shaped = resolve(apply_overrides(load_config(SMALL), ["env.progress_reward=0.5"]))
+    assert envs.fingerprint(env_factory(shaped)()) != meta["env_fingerprint"]
+    assert check_bundle(shaped, bundle_path(cfg.stages.warm_start.checkpoint)) == meta
 
 
 def test_fingerprint_moves_with_the_environment():

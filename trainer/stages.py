@@ -166,13 +166,23 @@ def bundle_path(name_or_path: str) -> Path:
                       f"start (bundled: {names}) nor a folder with {BUNDLE_META}")
 
 
+def bundle_fingerprint(cfg: RunConfig) -> str:
+    """The env fingerprint a saved warm start records for ``cfg``: that of ``cfg``'s env
+    without its reward shaping (``env.progress_reward``), which changes the rewards RL sees
+    and not the demonstrations behaviour cloning learns from."""
+    import dataclasses
+
+    import envs
+    from trainer.context import env_factory
+
+    unshaped = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, progress_reward=0.0))
+    return envs.fingerprint(env_factory(unshaped)())
+
+
 def check_bundle(cfg: RunConfig, path: Path) -> dict:
     """The bundle's metadata, after checking that it fits ``cfg``: same model shape and env
     settings, and an env fingerprint equal to the current environment's (else the policy
     would act on observations it was never trained on)."""
-    import envs
-    from trainer.context import env_factory
-
     meta = json.loads((path / BUNDLE_META).read_text())
     ours = _bundle_settings(cfg)
     wrong = [f"{k}={meta['settings'].get(k)!r} (run: {v!r})" for k, v in ours.items()
@@ -180,7 +190,7 @@ def check_bundle(cfg: RunConfig, path: Path) -> dict:
     if wrong:
         raise ConfigError(f"stages.warm_start.checkpoint: {path.name} was trained with "
                           f"{'; '.join(wrong)}; match them or train a warm start for this run")
-    current = envs.fingerprint(env_factory(cfg)())
+    current = bundle_fingerprint(cfg)
     if meta["env_fingerprint"] != current:
         raise ConfigError(f"stages.warm_start.checkpoint: {path.name} was trained on env version "
                           f"{meta['env_fingerprint']}, the env is now {current}; rebuild it "
@@ -219,14 +229,13 @@ def evaluate_policy(ctx: Context, max_tasks: int) -> dict[str, float]:
 
 def save_bundle(ctx: Context, out: Path, metrics: dict[str, float], evaluation: dict[str, float]) -> Path:
     """Write a warm-start checkpoint: weights, tokenizer and :data:`BUNDLE_META`."""
-    import envs
 
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     ctx.model.save_pretrained(out, safe_serialization=True)
     ctx.tokenizer.save_pretrained(out)
-    meta = {"settings": _bundle_settings(ctx.cfg), "env_fingerprint": envs.fingerprint(ctx.make_env()),
+    meta = {"settings": _bundle_settings(ctx.cfg), "env_fingerprint": bundle_fingerprint(ctx.cfg),
             "warm_start": to_dict(ctx.cfg.stages.warm_start), "seed": ctx.cfg.seed,
             "metrics": metrics, "evaluation": evaluation}
     (out / BUNDLE_META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
