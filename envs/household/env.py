@@ -113,13 +113,13 @@ class HouseholdEnv(TextEnv):
         if action_match not in ACTION_MATCHES:
             raise ValueError(f"household: action_match {action_match!r} is not one of "
                              f"{', '.join(ACTION_MATCHES)}")
-        if progress_reward < 0:
-            raise ValueError(f"household: progress_reward must be >= 0, got {progress_reward}")
-        self.progress_reward = progress_reward
-        self._start_distance = 1
         if action_format == "numbered" and not show_admissible:
             raise ValueError("household: action_format 'numbered' picks from the admissible "
                              "list, so it needs show_admissible on")
+        if progress_reward < 0:
+            raise ValueError(f"household: progress_reward must be >= 0, got {progress_reward}")
+        self.progress_reward = progress_reward
+        self._start_distance = 1  # the oracle's distance at reset (progress_reward's d_0)
         self.level = level
         self.show_admissible = show_admissible
         self.numbered = action_format == "numbered"
@@ -152,10 +152,10 @@ class HouseholdEnv(TextEnv):
         if self.state is None or self.done:
             raise RuntimeError("household: call reset(task) before step() (episode not running)")
         self.turn += 1
+        before = self._facts()
         written = action = self.parse_action(response_text)
         if action and self.nearest:
-            action = nearest_listed(action, self._facts().actions) or action
-        before = self._facts()
+            action = nearest_listed(action, before.actions) or action
         op = before.ops.get(action) if action else None
         if op is None:
             observation, success, reward = INVALID_OBSERVATION, False, -self.invalid_penalty
