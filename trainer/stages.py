@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,9 +22,10 @@ import random
 import shutil
 from pathlib import Path
 
+import envs
 from envs.base import demo_policy, run_episode
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
-from trainer.context import Context
+from trainer.context import Context, env_factory
 from trainer.rollout import Sampling, collect
 from trainer.samples import Trajectory, analyzer_target, encode
 from trainer.sft import example, sft
@@ -170,11 +172,6 @@ def bundle_fingerprint(cfg: RunConfig) -> str:
     """The env fingerprint a saved warm start records for ``cfg``: that of ``cfg``'s env
     without its reward shaping (``env.progress_reward``), which changes the rewards RL sees
     and not the demonstrations behaviour cloning learns from."""
-    import dataclasses
-
-    import envs
-    from trainer.context import env_factory
-
     unshaped = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, progress_reward=0.0))
     return envs.fingerprint(env_factory(unshaped)())
 
@@ -210,8 +207,6 @@ def evaluate_policy(ctx: Context, max_tasks: int) -> dict[str, float]:
     """Success of the current policy on every eval panel of the env (the first
     ``max_tasks`` tasks of each), greedy and at the config's evaluation temperature:
     ``{"eval_seen/success/greedy": ..., "eval_seen/success/t0.7": ..., ...}``."""
-    import dataclasses
-
     from trainer.evaluate import evaluate_panels
 
     cfg, out = ctx.cfg, {}
@@ -229,7 +224,6 @@ def evaluate_policy(ctx: Context, max_tasks: int) -> dict[str, float]:
 
 def save_bundle(ctx: Context, out: Path, metrics: dict[str, float], evaluation: dict[str, float]) -> Path:
     """Write a warm-start checkpoint: weights, tokenizer and :data:`BUNDLE_META`."""
-
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
