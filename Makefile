@@ -54,18 +54,21 @@ test-slow: $(VENV)/.installed-envs
 gpu-bundle: $(VENV)/.installed
 	$(PY) scripts/gpu_bundle.py --out $(GPU_BUNDLE)
 
-# The quickstart study end to end: sweep (GRPO / SEED / ETRO x 2 seeds on household with a
+# The quickstart study end to end: sweep (GRPO / SEED / ETRO x 2 seeds on EZPoints with a
 # tiny backbone, local Ray, embedded MLflow store), then the report.
 demo: $(VENV)/.installed
 	$(VENV)/bin/hindsight sweep examples/quickstart.yaml
 	$(VENV)/bin/hindsight report examples/quickstart.yaml
 
-# Rebuild the bundled warm start of the CPU level (behaviour cloning, then its evaluation on
-# the panels; about 40 minutes on 2 cores). Run it when tests/test_warm_start.py reports that
-# the environment moved on, and commit the new folder.
+# Rebuild the bundled warm starts (behaviour cloning, then an evaluation on the panels):
+# household's CPU level (about 40 minutes on 2 cores) and EZPoints, the quickstart's (about
+# 8 minutes). Run it when tests/test_warm_start.py reports that an environment moved on, and
+# commit the new folders.
 warm-start: $(VENV)/.installed
 	$(PY) scripts/warm_start.py examples/household_small.yaml \
 		--out trainer/assets/warm_start/household-small --eval-tasks 60
+	$(PY) scripts/warm_start.py examples/ezpoints_small.yaml \
+		--out trainer/assets/warm_start/ezpoints --eval-tasks 100
 
 bench: $(VENV)/.installed
 	$(PY) scripts/bench_envs.py

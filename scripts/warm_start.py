@@ -1,9 +1,10 @@
 """Train a warm start (behaviour cloning of the scripted demonstrator), evaluate it on the
 fixed panels, and save it as a self-contained warm-start checkpoint.
 
-    python scripts/warm_start.py examples/warm_start_small.yaml --out DIR [--set key=value ...]
+    python scripts/warm_start.py examples/household_small.yaml --out DIR [--set key=value ...]
 
-``make warm-start`` rebuilds the bundled one (``trainer/assets/warm_start/household-small``)
+``make warm-start`` rebuilds the bundled ones (``trainer/assets/warm_start/household-small``
+from ``examples/household_small.yaml``, ``.../ezpoints`` from ``examples/ezpoints_small.yaml``)
 with this script.  The folder holds the model and its tokenizer (``save_pretrained``) and
 ``warm_start.json``: the settings it was trained with (model, env, warm-start stage), the
 env fingerprint (``envs.fingerprint``; a test fails when the environment moves on), the

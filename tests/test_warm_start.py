@@ -25,6 +25,7 @@ from trainer.stages import (
 ROOT = Path(__file__).resolve().parents[1]
 MICRO = ROOT / "tests" / "data" / "train_micro.yaml"
 SMALL = ROOT / "examples" / "household_small.yaml"
+EZPOINTS = ROOT / "examples" / "ezpoints_small.yaml"
 
 
 def micro(**overrides):
@@ -32,14 +33,21 @@ def micro(**overrides):
     return resolve(apply_overrides(load_config(MICRO), {**base, **overrides}))
 
 
-def test_the_bundled_warm_start_was_trained_on_todays_environment():
-    """Fails when the household CPU level's texts, panels or rules change: rebuild the
-    bundle with `make warm-start` and commit it."""
-    assert "household-small" in bundled_warm_starts()
-    cfg = resolve(load_config(SMALL))
+@pytest.mark.parametrize("config, split", [(SMALL, "eval_seen"), (EZPOINTS, "eval")],
+                         ids=["household-small", "ezpoints"])
+def test_a_bundled_warm_start_was_trained_on_todays_environment(config, split):
+    """Fails when the environment's texts, panels or rules change: rebuild the bundles with
+    `make warm-start` and commit them. Each bundle fits the config that builds it."""
+    cfg = resolve(load_config(config))
+    assert cfg.stages.warm_start.checkpoint in bundled_warm_starts()
     meta = check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))
     assert meta["env_fingerprint"] == envs.fingerprint(env_factory(cfg)())
-    assert meta["evaluation"]["eval_seen/success/greedy"] >= 0.0
+    assert 0.0 < meta["evaluation"][f"{split}/success/greedy"] < 1.0
+
+
+def test_reward_shaping_does_not_invalidate_the_household_bundle():
+    cfg = resolve(load_config(SMALL))
+    meta = check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))
     # reward shaping changes what RL sees, not what behaviour cloning learned from
     shaped = resolve(apply_overrides(load_config(SMALL), ["env.progress_reward=0.5"]))
     assert envs.fingerprint(env_factory(shaped)()) != meta["env_fingerprint"]

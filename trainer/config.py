@@ -281,7 +281,7 @@ class WarmStartConfig:
     # Fraction of demonstrations that also teach writing a skill from a trajectory.
     writer_fraction: float = field(default=0.3, metadata={"ge": 0.0, "le": 1.0})
     # Start from a saved warm start instead of training one: the name of a bundled one
-    # (household-small) or a folder written by scripts/warm_start.py; "" = train it here.
+    # (household-small, ezpoints) or a folder written by scripts/warm_start.py; "" = train it here.
     # Its settings must match the run's model and env (checked, with the env fingerprint).
     checkpoint: str = ""
     # Reuse a warm-started model across runs with the same model, env, warm-start settings
