@@ -62,7 +62,7 @@ demo: $(VENV)/.installed
 
 # Rebuild the bundled warm starts (behaviour cloning, then an evaluation on the panels):
 # household's CPU level (about 40 minutes on 2 cores) and EZPoints, the quickstart's (about
-# 8 minutes). Run it when tests/test_warm_start.py reports that an environment moved on, and
+# 5 minutes). Run it when tests/test_warm_start.py reports that an environment moved on, and
 # commit the new folders.
 warm-start: $(VENV)/.installed
 	$(PY) scripts/warm_start.py examples/household_small.yaml \
