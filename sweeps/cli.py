@@ -17,6 +17,7 @@ building the parser (``--help``), ``validate`` and ``methods`` stay fast
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sweeps import __version__
-from trainer.config import ConfigError, RunConfig, load_config, read_yaml, resolve
+from trainer.config import ConfigError, RunConfig, apply_overrides, load_config, read_yaml, resolve
 from trainer.extras import check_extras, install_hint
 
 AddArguments = Callable[[argparse.ArgumentParser], None]
@@ -107,6 +108,55 @@ def validate_command(args: argparse.Namespace) -> int:
     print(f"ok: run config {args.file} (method={cfg.algo.method}, env={cfg.env.name}, "
           f"backbone={cfg.model.backbone})")
     return 0
+
+
+# --- memory -----------------------------------------------------------------------------
+
+
+def _memory_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="a run config or a study YAML file")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field by dotted key (for a study, under base.: "
+                             "--set base.algo.micro_batch_size=4); repeatable")
+    parser.add_argument("--gpu-memory", type=float, default=80.0, metavar="GiB",
+                        help="memory of one GPU in GiB (default 80)")
+
+
+def _study_with_overrides(path: str, overrides: list[str]) -> Any:
+    """A study file with ``--set base.KEY=VALUE`` overrides applied to its base."""
+    study_module = _import("sweeps.study", "planning a study's memory")
+    study = _loading(study_module.load_study, path)
+    bad = [o for o in overrides if not o.startswith("base.")]
+    if bad:
+        raise CommandError(f"--set {bad[0]}: a study's keys are under base. (e.g. --set base.{bad[0]})")
+    if overrides:
+        base = _loading(apply_overrides, study.base, [o.removeprefix("base.") for o in overrides])
+        study = dataclasses.replace(study, base=base)
+    return study_module, study
+
+
+def memory_command(args: argparse.Namespace) -> int:
+    """Per GPU: weights, gradients, optimizer, reference, engine, activations; exit 1 if it does not fit."""
+    memory = _import("trainer.memory", "planning memory")
+    if any(key in read_yaml(args.file) for key in STUDY_KEYS):
+        study_module, study = _study_with_overrides(args.file, args.overrides)
+        configs = [_loading(resolve, cfg) for cfg in _loading(study_module.study_configs, study)]
+    else:
+        configs = [_load_run(args.file, args.overrides, extras=False)]
+    plans = {}
+    for cfg in configs:
+        key = (cfg.algo.method, cfg.model.backbone)
+        plan = _loading(memory.plan_memory, cfg, args.gpu_memory)
+        if key not in plans or plan.peak > plans[key].peak:
+            plans[key] = plan
+    worst_key = max(plans, key=lambda k: plans[k].peak)
+    if len(plans) > 1:
+        for (method, backbone), plan in plans.items():
+            print(f"{method} ({backbone}): {memory.describe(plan)}")
+        print(f"\nlargest: {worst_key[0]}")
+    print(plans[worst_key].table())
+    print(memory.describe(plans[worst_key]))
+    return 0 if all(p.fits for p in plans.values()) else 1
 
 
 # --- methods ----------------------------------------------------------------------------
@@ -297,6 +347,7 @@ def _lazy(module: str, name: str, doc: str, purpose: str) -> Handler:
 COMMANDS: dict[str, tuple[AddArguments, Handler]] = {
     "validate": (_validate_args, validate_command),
     "methods": (_methods_args, methods_command),
+    "memory": (_memory_args, memory_command),
     "train": (_train_args, train_command),
     "eval": (_eval_args, eval_command),
     "diagnose": (_diagnose_args, _lazy(

@@ -73,7 +73,7 @@ def test_markdown_has_one_row_per_method_the_scoring_pass_and_the_goals():
     text = gpu_check.render_markdown(results)
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert len(rows) == 4  # header + grpo, seed, etro
-    assert "| seed | 11.00 | 1.10x | 5.50 | - | 2.75 | - | - | - | 2.75 | 100 | 1000 | 2.0 | 2.0% | ok |" in text
+    assert "| seed | 11.00 | 1.10x | 5.50 | - | 2.75 | - | - | - | 2.75 | 100 | 1000 | 2.0 | - | 2.0% | ok |" in text
     assert rows[-1].startswith("| etro |") and rows[-1].endswith("OutOfMemoryError: CUDA out of memory |")
     assert "`qwen2.5-7b-shape` (no gradients): 320 sequences, 200000 tokens in 4.00 s (50000 tokens/s)" in text
     assert "SEED <= 1.15x GRPO: 1.10x met" in text and "ETRO" not in text.split("Goals:")[1]
@@ -158,6 +158,12 @@ def test_cpu_mode_steps_the_three_methods_and_tracks_them(tmp_path, capsys):
     assert runs["etro"].data.metrics["check/ratio_vs_grpo"] == pytest.approx(results["ratios"]["etro"]["ratio"])
     assert runs["scoring"].data.params["model.backbone"] == "qwen2.5-tiny-shape"
     assert results["methods"]["grpo"]["changed_fraction"] == 0.0  # a random model's rewards tie: no gradient
+    assert results["methods"]["grpo"]["lr_step_kept"] == 1.0  # float32 masters keep every lr-sized step
+    backends = results["rollout_backends"]
+    if importlib.util.find_spec("vllm") is None:
+        assert backends == {"status": "not measured: vLLM is not installed on this machine"}
+    else:
+        assert backends["status"] == "ok" and backends["ratio"] > 0
     assert "| etro |" in capsys.readouterr().out
 
 

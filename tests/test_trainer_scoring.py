@@ -204,7 +204,7 @@ def test_scoring_rejects_bad_inputs(tokenizer, model):
     bad = TokenSequence((1, 2, 3), (1, 1, 0), (0, 0, -1))
     with pytest.raises(ValueError, match="first token"):
         sequence_logprobs(model, [bad])
-    with pytest.raises(ValueError, match="micro_batch and head_chunk must be >= 1, got 0, 4096"):
+    with pytest.raises(ValueError, match="micro_batch and head_chunk must be >= 1, got 0, 1024"):
         sequence_logprobs(model, [bad], micro_batch=0)
     ok = TokenSequence((1, 2, 3), (0, 1, 1), (-1, 0, 0), traj=2)
     with pytest.raises(ValueError, match=r"traj=2, outside \[0, 1\)"):

@@ -114,7 +114,7 @@ def test_load_model_dispatches_a_shape_with_the_local_tokenizer():
 def test_shape_samples_ids_beyond_the_tokenizer_which_decode_to_nothing(tokenizer):
     model = build_shaped_model("qwen2.5-tiny-shape", tokenizer, seed=0)
     prompt = encode(tokenizer, CORPUS[0])
-    out = TransformersBackend(model, tokenizer).generate([prompt], max_new_tokens=6, seed=0)[0]
+    out = TransformersBackend(model, tokenizer).generate([prompt], max_new_tokens=6, seeds=[0])[0]
     beyond = [i for i in out.token_ids if i >= len(tokenizer)]
     assert beyond and tokenizer.decode(beyond) == ""
 
@@ -127,8 +127,8 @@ def test_generation_keeping_only_last_logits_equals_full_logits(tokenizer):
     full._keep_kw = {}
     assert kept._keep_kw == {"logits_to_keep": 1}
     for temperature in (0.0, 1.0):
-        a = kept.generate(prompts, max_new_tokens=5, temperature=temperature, seed=7)
-        b = full.generate(prompts, max_new_tokens=5, temperature=temperature, seed=7)
+        a = kept.generate(prompts, max_new_tokens=5, temperature=temperature, seeds=[7, 8])
+        b = full.generate(prompts, max_new_tokens=5, temperature=temperature, seeds=[7, 8])
         assert [g.token_ids for g in a] == [g.token_ids for g in b]
 
 

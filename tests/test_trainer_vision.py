@@ -238,7 +238,8 @@ def test_the_vllm_backend_gets_the_images_their_budget_and_no_vision_tokens(part
     import sys
     import types
 
-    from trainer.backend import VLLMBackend
+    from trainer.backend import VLLMBackend, _weights_version
+    from trainer.config import VLLMConfig
 
     env, tasks, tokenizer, _, codec = parts
     calls = {}
@@ -249,16 +250,23 @@ def test_the_vllm_backend_gets_the_images_their_budget_and_no_vision_tokens(part
 
         def generate(self, requests, sampling_params, use_tqdm):
             calls["requests"], calls["params"] = requests, sampling_params
-            done = types.SimpleNamespace(token_ids=[5], finish_reason="stop")
+            done = types.SimpleNamespace(token_ids=[5], finish_reason="stop", logprobs=None)
             return [types.SimpleNamespace(outputs=[done]) for _ in requests]
 
     fake = types.ModuleType("vllm")
     fake.LLM, fake.SamplingParams = LLM, lambda **kw: kw
     inputs = types.ModuleType("vllm.inputs")
     inputs.TokensPrompt = lambda **kw: kw
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_sleep_mode_available=lambda: True)
     monkeypatch.setitem(sys.modules, "vllm", fake)
     monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
-    backend = VLLMBackend("Qwen/Qwen2.5-VL-3B-Instruct", tokenizer, vision=codec, images_per_prompt=16)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    weight = torch.zeros(1, device="meta")  # a GPU model's stand-in: no weights, not on a CPU
+    model = types.SimpleNamespace(parameters=lambda: iter([weight]))
+    backend = VLLMBackend(model, tokenizer, VLLMConfig(), max_model_len=4096, source="Qwen/Qwen2.5-VL-3B-Instruct",
+                          vision=codec, images_per_prompt=16)
+    backend._synced = _weights_version(model)  # the engine holds these weights: nothing to push
     assert calls["engine"]["limit_mm_per_prompt"] == {"image": 16}
     assert calls["engine"]["mm_processor_kwargs"] == {"min_pixels": codec.min_pixels,
                                                        "max_pixels": codec.max_pixels}
@@ -269,8 +277,10 @@ def test_the_vllm_backend_gets_the_images_their_budget_and_no_vision_tokens(part
     with_image, text = calls["requests"]
     assert with_image["multi_modal_data"] == {"image": [image]} and with_image["prompt_token_ids"] == prompt
     assert "multi_modal_data" not in text
-    assert set(calls["params"]["logit_bias"]) == vision_token_ids(tokenizer)
-    assert set(calls["params"]["logit_bias"].values()) == {-100.0}
+    assert len(calls["params"]) == 2  # one SamplingParams a request
+    for params in calls["params"]:
+        assert set(params["logit_bias"]) == vision_token_ids(tokenizer)
+        assert set(params["logit_bias"].values()) == {-100.0}
 
 
 def test_writer_backends_take_the_writers_two_images(monkeypatch):
@@ -284,7 +294,10 @@ def test_writer_backends_take_the_writers_two_images(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(context, "make_backend", lambda *args, **kw: seen.update(args=args, kw=kw))
-    ctx = types.SimpleNamespace(cfg=types.SimpleNamespace(model="model-cfg"))
-    context.writer_backends(ctx, "tok", "codec")("policy")
-    assert seen == {"args": ("model-cfg", "policy", "tok", "codec"), "kw": {"images_per_prompt": WRITER_IMAGES}}
+    monkeypatch.setattr(context, "engine_length", lambda cfg: 4096)
+    ctx = types.SimpleNamespace(cfg=types.SimpleNamespace(model="model-cfg"), model="policy", backend="shared")
+    assert context.writer_backends(ctx, "tok", "codec")("policy") == "shared"  # the policy's own engine
+    context.writer_backends(ctx, "tok", "codec")("snapshot")
+    assert seen == {"args": ("model-cfg", "snapshot", "tok", "codec"),
+                    "kw": {"images_per_prompt": WRITER_IMAGES, "max_model_len": 4096}}
     assert WRITER_IMAGES == 2

@@ -76,3 +76,50 @@ def test_external_writer_request_and_reply(episode, monkeypatch, top_k):
     assert "sk-secret" not in json.dumps(body)
     assert hindsight.valid and hindsight.positive_skill == oracle.positive_skill
     assert hindsight.error_turn == oracle.error_turn
+
+
+class SlowChat(FakeChat):
+    """FakeChat whose replies take ``delay`` seconds; counts the requests in flight."""
+
+    def __init__(self, reply: str, delay: float):
+        super().__init__(reply)
+        self.delay, self.in_flight, self.most, self.lock = delay, 0, 0, threading.Lock()
+        handler = self.RequestHandlerClass
+        server = self
+
+        class Slow(handler):
+            def do_POST(self):
+                with server.lock:
+                    server.in_flight += 1
+                    server.most = max(server.most, server.in_flight)
+                try:
+                    threading.Event().wait(server.delay)
+                    super().do_POST()
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+        self.RequestHandlerClass = Slow
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_external_writer_sends_a_bounded_pool_of_concurrent_requests(episode, concurrency):
+    """12 trajectories, each answered after 0.2 s: at most ``writer.concurrency`` requests in
+    flight and that many reached; the answers come back in trajectory order, each request
+    with its own seed."""
+    ep, oracle = episode
+    server = SlowChat(analyzer_target(oracle), delay=0.2)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        cfg = dataclasses.replace(WriterConfig(), kind="external", model="m", concurrency=concurrency,
+                                  endpoint=f"http://127.0.0.1:{server.server_port}/v1")
+        trajectories = [Trajectory(ep, [[1]] * len(ep.turns)) for _ in range(12)]
+        hindsights = ExternalWriter("a household", cfg).write(trajectories, seed=7)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert server.most == concurrency
+    assert len(hindsights) == 12 and all(h.valid for h in hindsights)
+    seeds = [body["seed"] for _, _, body in server.requests]
+    assert len(set(seeds)) == 12

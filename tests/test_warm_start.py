@@ -150,12 +150,12 @@ def test_writer_validity_counts_valid_hindsight_and_true_error_turns(monkeypatch
     oracle = make_writer(ctx, "oracle")
 
     class Shifted:
-        def write(self, trajectories):
+        def write(self, trajectories, seed=None):
             return [dataclasses.replace(h, error_turn=0 if h.error_turn is None else h.error_turn + 1)
                     for h in oracle.write(trajectories)]
 
     class Empty:
-        def write(self, trajectories):
+        def write(self, trajectories, seed=None):
             return [dataclasses.replace(h, valid=False) for h in oracle.write(trajectories)]
 
     for writer, expected in ((oracle, (1.0, 1.0)), (Shifted(), (1.0, 0.0)), (Empty(), (0.0, 0.0))):

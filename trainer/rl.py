@@ -32,11 +32,28 @@ from dataclasses import dataclass, field
 import torch
 
 from envs.base import Hindsight
-from trainer.algos import CreditInputs, LossInputs, policy_loss, token_advantages
+from trainer.algos import (
+    CreditInputs,
+    LossInputs,
+    aggregation_weights,
+    policy_loss,
+    token_advantages,
+)
+from trainer.backend import request_seed
 from trainer.context import Context
 from trainer.rollout import Sampling, collect
 from trainer.samples import Trajectory, assert_same_actions, cut_skill, join_skills
-from trainer.scoring import ActionBatch, score_trajectories
+from trainer.scoring import (
+    ActionBatch,
+    ActionIndex,
+    TopK,
+    action_index,
+    from_actions,
+    gather_actions,
+    score_trajectories,
+    sequence_logprobs,
+    to_actions,
+)
 
 
 @dataclass
@@ -149,8 +166,8 @@ def skill_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None
 
 def _score(ctx: Context, model, trajectories, skills, grad=False, entropy=False) -> tuple[ActionBatch, list]:
     """Scored [B, T] action tokens and the sequences they came from."""
-    return score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=16, grad=grad,
-                              with_entropy=entropy, temperature=ctx.cfg.rollout.temperature)
+    return score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=ctx.cfg.algo.micro_batch_size,
+                              grad=grad, with_entropy=entropy, temperature=ctx.cfg.rollout.temperature)
 
 
 def _teacher_logp(ctx: Context, model, batch: StepBatch, context: str, student_seq, rows=None) -> torch.Tensor:
@@ -171,7 +188,8 @@ def _teacher_scores(ctx: Context, model, batch: StepBatch, context: str, student
     student = batch.rollout_skills or [None] * len(batch.trajectories)
     teacher, teacher_seq = score_trajectories(
         model, ctx.builder, [batch.trajectories[i] for i in rows], [student[i] for i in rows],
-        micro_batch=16, added_skills=[added[i] for i in rows], with_entropy=False, top_k=top_k,
+        micro_batch=ctx.cfg.algo.micro_batch_size, added_skills=[added[i] for i in rows], with_entropy=False,
+        top_k=top_k,
         temperature=ctx.cfg.rollout.temperature)
     assert_same_actions(student_seq, teacher_seq)
     return teacher
@@ -188,9 +206,12 @@ def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
     with timer("rollout"):
         trajectories, generated = collect(ctx.make_env, batch_tasks, ctx.builder, ctx.backend, sampling,
-                                          rollout_skills, seed=cfg.seed * 100_003 + step * 101)
+                                          rollout_skills, seed=request_seed("rollout", cfg.seed, step))
     with timer("write"):
-        hindsights = ctx.writer.write(trajectories) if spec.skills else None
+        hindsights = ctx.writer.write(trajectories, seed=request_seed("write", cfg.seed, step)) \
+            if spec.skills else None
+    for backend in {id(b): b for b in (ctx.backend, getattr(ctx.writer, "backend", ctx.backend))}.values():
+        backend.release()  # an engine sleeps through scoring and the update
     with timer("score"):
         old, student_seq = _score(ctx, ctx.model, trajectories, rollout_skills, entropy=True)
     logp_ref = None
@@ -242,7 +263,8 @@ def credit_inputs(batch: StepBatch, step: int, seed: int) -> CreditInputs:
 
 
 def update(ctx: Context, batch: StepBatch, step: int, timer: PhaseTimer) -> tuple[dict[str, float], bool]:
-    """PPO epochs over trajectory minibatches.  Returns (mean loss metrics, finite)."""
+    """PPO epochs over trajectory minibatches, one optimizer step each.  Returns (mean loss
+    metrics, finite)."""
     cfg = ctx.cfg
     n = len(batch.trajectories)
     size = cfg.algo.minibatch_size or n
@@ -262,61 +284,143 @@ def update(ctx: Context, batch: StepBatch, step: int, timer: PhaseTimer) -> tupl
     return {k: v / max(count, 1) for k, v in sums.items()}, finite
 
 
-def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTimer,
-               record: bool = False) -> tuple[dict[str, float], bool]:
-    """One PPO minibatch; ``record``: keep the current teacher's Delta of these rows in
-    ``batch.deltas`` (the per-turn records read it)."""
-    cfg, spec = ctx.cfg, ctx.spec
+@dataclass
+class _Minibatch:
+    """One PPO minibatch's sequences and what its micro-batches gather from the step's
+    [B, T] tensors: the student's (and, when scored inside the update, the teacher's)
+    sequences, where their tokens are (:class:`~trainer.scoring.ActionIndex`), the
+    trajectory rows they belong to, and each token's share of the minibatch's loss."""
+
+    student: list
+    teacher: list | None
+    index: ActionIndex
+    traj_rows: torch.Tensor
+    weights: torch.Tensor  # [B, T], the minibatch's rows filled (aggregation_weights)
+
+
+def _plan(ctx: Context, batch: StepBatch, rows: list[int]) -> _Minibatch:
+    """Build the minibatch's sequences and aggregation weights (computed over the whole
+    minibatch, so that its micro-batches' losses add up to the minibatch's loss)."""
     trajs = [batch.trajectories[i] for i in rows]
     skills = None if batch.rollout_skills is None else [batch.rollout_skills[i] for i in rows]
-    top_k = cfg.algo.opsd_top_k if spec.opd_loss == "opsd" else 0
-    support, student_seq = None, None
-    if top_k:  # the teacher's support first: the student is scored on it in the same pass
-        student_seq = ctx.builder.build_batch(trajs, skills)
-        with timer("teacher"):
-            support = _teacher_scores(ctx, ctx.model, batch, spec.skills[0], student_seq, rows, top_k)
-    cur, cur_seq = score_trajectories(ctx.model, ctx.builder, trajs, skills, micro_batch=16, grad=True,
-                                      with_entropy=False, sequences=student_seq,
-                                      support=None if support is None else support.topk_ids,
-                                      temperature=cfg.rollout.temperature)
-    width = cur.logp.shape[1]
-    index = torch.tensor(rows, device=cur.logp.device)
-    take = lambda x: None if x is None else x[index, :width]
-    teacher, opd_mask = None, None
-    if spec.skills:
-        primary = spec.skills[0]
-        opd_mask = take(batch.old.mask * batch.opd_rows[primary][:, None])
-        if teacher_mode(ctx) == "current":
-            if support is not None:
-                teacher = support.logp[:, :width]
-            else:
-                with timer("teacher"):
-                    teacher = _teacher_logp(ctx, ctx.model, batch, primary, cur_seq, rows)[:, :width]
-            if record:
-                _record_delta(batch, primary, index, torch.where(opd_mask.bool(), teacher - cur.logp.detach(), 0.0))
-        else:
-            teacher = take(batch.teacher[primary])
-    inputs = LossInputs(logp=cur.logp, logp_old=take(batch.old.logp), advantages=take(batch.advantages),
-                        mask=take(batch.old.mask), logp_ref=take(batch.logp_ref), logp_teacher=teacher,
-                        opd_mask=opd_mask,
-                        topk_logp=None if support is None else cur.topk_logp[:, :width],
-                        topk_logp_teacher=None if support is None else support.topk_logp[:, :width])
-    loss, metrics = policy_loss(spec, inputs, cfg.algo)
-    if not torch.isfinite(loss):
-        ctx.optimizer.zero_grad(set_to_none=True)
-        return metrics, False
+    student = ctx.builder.build_batch(trajs, skills)
+    teacher = None
+    if ctx.spec.skills and teacher_mode(ctx) == "current":
+        added = _added_texts(ctx, ctx.spec.skills[0], batch)
+        teacher = ctx.builder.build_batch(trajs, skills, [added[i] for i in rows])
+        assert_same_actions(student, teacher)
+    traj_rows = torch.tensor(rows, device=batch.old.mask.device)
+    weights = torch.zeros_like(batch.old.mask)
+    weights[traj_rows] = aggregation_weights(batch.old.mask[traj_rows], ctx.cfg.algo.loss_agg)
+    return _Minibatch(student, teacher, action_index(student, len(rows)), traj_rows, weights)
+
+
+def micro_batches(sequences, size: int) -> list[list[int]]:
+    """Indices of ``sequences`` in groups of at most ``size``, longest first (less padding)."""
+    order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTimer,
+               record: bool = False) -> tuple[dict[str, float], bool]:
+    """One PPO minibatch: forward and backward per micro-batch of ``algo.micro_batch_size``
+    sequences (gradient accumulation), each micro-batch's loss weighted by its tokens' share
+    of the minibatch's aggregation (``algo.loss_agg``), so the accumulated gradient is that of
+    one backward over the minibatch; then one clipped optimizer step.  ``record``: keep the
+    current teacher's Delta of these rows in ``batch.deltas`` (the per-turn records read it)."""
+    cfg = ctx.cfg
+    plan = _plan(ctx, batch, rows)
     ctx.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    totals: dict[str, float] = {}
+    tokens = 0.0
+    for part in micro_batches(plan.student, cfg.algo.micro_batch_size):
+        loss, metrics, n_tokens = _micro_loss(ctx, batch, plan, part, timer, record)
+        if not torch.isfinite(loss):
+            ctx.optimizer.zero_grad(set_to_none=True)
+            return metrics, False
+        loss.backward()
+        _accumulate(totals, metrics, n_tokens)
+        tokens += n_tokens
+    metrics = _finish(totals, tokens)
     if cfg.algo.grad_clip > 0:
         metrics["update/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.algo.grad_clip))
     ctx.optimizer.step()
+    ctx.optimizer.zero_grad(set_to_none=True)  # the gradients' memory is free until the next backward
     return metrics, True
 
 
-def _record_delta(batch: StepBatch, context: str, index: torch.Tensor, delta: torch.Tensor) -> None:
-    """Write the minibatch's Delta ``[b, width]`` into ``batch.deltas[context]`` ``[B, T]``."""
+def _micro_loss(ctx: Context, batch: StepBatch, plan: _Minibatch, part: list[int], timer: PhaseTimer,
+                record: bool) -> tuple[torch.Tensor, dict[str, float], float]:
+    """The weighted loss of one micro-batch (the sequences ``part`` of the minibatch), in the
+    sequence-action layout [n, A]; its metrics and its number of tokens."""
+    cfg, spec = ctx.cfg, ctx.spec
+    index = plan.index.part(part)
+    take = lambda x: None if x is None else gather_actions(x, index, plan.traj_rows)  # [B, T] -> [n, A]
+    student = [plan.student[i] for i in part]
+    top_k = cfg.algo.opsd_top_k if spec.opd_loss == "opsd" and plan.teacher is not None else 0
+    teacher, support = None, None
+    if plan.teacher is not None:  # the current-policy teacher, scored on the same tokens
+        teacher_seqs = [plan.teacher[i] for i in part]
+        teacher_index = action_index(teacher_seqs)  # positions in its own sequences
+        with timer("teacher"), torch.no_grad():
+            scored = sequence_logprobs(ctx.model, teacher_seqs, len(part), with_entropy=False,
+                                       topk=TopK(k=top_k) if top_k else None,
+                                       temperature=cfg.rollout.temperature, vision=ctx.builder.vision)
+        teacher = to_actions(scored[0], teacher_index)  # [n, A]
+        if top_k:
+            support = (to_actions(scored[2][0], teacher_index), to_actions(scored[2][1], teacher_index))
+    topk = None
+    if support is not None:  # the student on the teacher's support, in its own positions
+        topk = TopK(ids=from_actions(support[1], index, max(len(s) for s in student)))
+    scored = sequence_logprobs(ctx.model, student, len(part), grad=True, with_entropy=False, topk=topk,
+                               temperature=cfg.rollout.temperature, vision=ctx.builder.vision)
+    logp = to_actions(scored[0], index)  # [n, A], with gradient
+    mask = index.mask.to(logp.device).float()
+    opd_mask = None
+    if spec.skills:
+        primary = spec.skills[0]
+        opd_mask = take(batch.old.mask * batch.opd_rows[primary][:, None])
+        if teacher is None:
+            teacher = take(batch.teacher[primary])
+        elif record:
+            _record_delta(batch, primary, plan, index,
+                          torch.where(opd_mask.bool(), teacher - logp.detach(), 0.0))
+    inputs = LossInputs(logp=logp, logp_old=take(batch.old.logp), advantages=take(batch.advantages),
+                        mask=mask, logp_ref=take(batch.logp_ref), logp_teacher=teacher, opd_mask=opd_mask,
+                        topk_logp=None if support is None else to_actions(scored[2][0], index),
+                        topk_logp_teacher=None if support is None else support[0],
+                        agg_weights=take(plan.weights))
+    loss, metrics = policy_loss(spec, inputs, cfg.algo)
+    return loss, metrics, float(mask.sum())
+
+
+# Loss metrics of a micro-batch that are its weighted share of the minibatch's loss (they add
+# up over micro-batches), and those that are maxima; every other metric is a mean over the
+# micro-batch's tokens, combined weighted by its tokens.
+_SUMMED = ("loss/total", "loss/rl", "loss/opd", "ppo/pg_loss")
+_MAXED = ("ppo/ratio_max",)
+
+
+def _accumulate(totals: dict[str, float], metrics: dict[str, float], tokens: float) -> None:
+    for key, value in metrics.items():
+        if key in _SUMMED:
+            totals[key] = totals.get(key, 0.0) + value
+        elif key in _MAXED:
+            totals[key] = max(totals.get(key, -math.inf), value)
+        else:
+            totals[key] = totals.get(key, 0.0) + value * tokens
+
+
+def _finish(totals: dict[str, float], tokens: float) -> dict[str, float]:
+    return {k: v if k in _SUMMED or k in _MAXED else v / max(tokens, 1.0) for k, v in totals.items()}
+
+
+def _record_delta(batch: StepBatch, context: str, plan: _Minibatch, index: ActionIndex, delta: torch.Tensor) -> None:
+    """Write a micro-batch's Delta ``[n, A]`` into ``batch.deltas[context]`` ``[B, T]``."""
     full = batch.deltas.setdefault(context, torch.zeros_like(batch.old.logp))
-    full[index, :delta.shape[1]] = delta.detach().to(full.dtype)
+    keep = index.mask.to(full.device)
+    rows = plan.traj_rows.to(full.device)[index.rows.to(full.device)]
+    full[rows[keep], index.cols.to(full.device)[keep]] = delta.detach().to(full.dtype)[keep]
 
 
 def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str, float]:
@@ -342,6 +446,8 @@ def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str,
         metrics["writer/skill_tokens"] = _mean([len(ctx.tokenizer.encode(s)) for s in skills]) if skills else 0.0
         metrics["writer/boundary_rate"] = _mean([h.error_turn is not None for h in batch.hindsights if h.valid])
         metrics["writer/boundary_invalid_rate"] = _mean([not h.boundary_valid for h in batch.hindsights if h.valid])
+    metrics.update(logprob_gap(batch.trajectories, batch.old))
+    metrics["rollout/distinct_rate"] = distinct_rate(batch.trajectories, batch.group_ids)
     metrics["perf/tokens_per_s"] = batch.generated_tokens / max(timer.seconds.get("rollout", 0.0), 1e-9)
     metrics["perf/peak_mem_mb"] = peak_memory_mb()
     # what one scoring pass of the student contexts reads (each of score, reference, teacher
@@ -350,6 +456,38 @@ def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str,
     metrics["perf/image_tokens"] = float(batch.image_tokens)
     metrics.update(timer.metrics())
     return metrics
+
+
+def logprob_gap(trajectories: list[Trajectory], old: ActionBatch) -> dict[str, float]:
+    """``rollout/logprob_diff_mean`` / ``_max``: |log-prob the backend sampled a token with -
+    the trainer's old-policy log-prob of it| over the step's sampled tokens (verl's
+    ``training/rollout_probs_diff_*``), from the log-probs the backend returned with its
+    samples (:attr:`trainer.backend.Generation.logprobs`), never a re-score.  Near 0 when
+    the engine holds the trainer's weights; it grows when the engine lags behind them."""
+    engine = torch.zeros_like(old.logp)
+    sampled = torch.zeros_like(old.mask, dtype=torch.bool)
+    for row, traj in enumerate(trajectories):
+        column = 0
+        for ids, lps in zip(traj.response_ids, traj.logprobs or [()] * len(traj.response_ids)):
+            if lps:
+                engine[row, column:column + len(ids)] = torch.tensor(lps, dtype=engine.dtype)
+                sampled[row, column:column + len(ids)] = True
+            column += len(ids)
+    keep = sampled & old.mask.bool()
+    if not keep.any():
+        return {}
+    gap = (engine - old.logp).abs()[keep]
+    return {"rollout/logprob_diff_mean": float(gap.mean()), "rollout/logprob_diff_max": float(gap.max())}
+
+
+def distinct_rate(trajectories: list[Trajectory], group_ids: list[int]) -> float:
+    """Mean over GRPO groups of (distinct trajectories / group size), a trajectory being its
+    sampled token ids: 1 when every sample of a group differs, 1/G when a group got one sample
+    G times (one seeded sampling for a whole call does that on vLLM)."""
+    groups: dict[int, list] = {}
+    for traj, group in zip(trajectories, group_ids):
+        groups.setdefault(group, []).append(traj.response_ids)
+    return _mean([len(set(members)) / len(members) for members in groups.values()])
 
 
 def peak_memory_mb() -> float:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from envs.base import StepResult, Task, TextEnv, Turn, finish_episode, play_turn
-from trainer.backend import GenerationBackend
+from trainer.backend import GenerationBackend, request_seed
 from trainer.samples import SampleBuilder, Trajectory, encode
 
 
@@ -40,6 +40,7 @@ class _Live:
     first_observation: str
     turns: list[Turn]
     response_ids: list[list[int]]
+    logprobs: list[tuple[float, ...]]
     last: StepResult | None = None
 
     @property
@@ -60,7 +61,10 @@ def collect(
     """Play one episode per entry of ``tasks`` (repeat a task N times for a GRPO group).
 
     ``skills[i]`` (None = none) is spliced into episode i's actor context (Skill-GRPO,
-    Skill-Prompt).  ``seed`` makes sampling reproducible: turn r uses ``seed + r``.
+    Skill-Prompt).  ``seed`` makes sampling reproducible: episode i's request at turn r is
+    seeded with :func:`~trainer.backend.request_seed` ``(seed, r, i)``, so the episodes of a
+    group draw independent samples and an episode's do not depend on the others in the
+    call (None = unseeded).
     ``forced[i]``: response texts played first in episode i, as if the policy had written
     them (their turns are part of the trajectory; the recovery protocol's perturbed start).
     Returns the trajectories in input order and the number of generated tokens.
@@ -73,37 +77,42 @@ def collect(
     for task, skill, responses in zip(tasks, skills, forced):
         env = make_env()
         obs = env.reset(task)
-        ep = _Live(env, task, skill, obs, obs, [], [])
+        ep = _Live(env, task, skill, obs, obs, [], [], [])
         for response in responses:
             if ep.done:
                 raise ValueError(f"the forced start of {task.id!r} ends the episode early")
             turn, ep.last = play_turn(env, ep.observation, response)
             ep.turns.append(turn)
             ep.response_ids.append(encode(builder.tokenizer, response))
+            ep.logprobs.append(())  # not sampled
             ep.observation = ep.last.observation
         live.append(ep)
     generated, turn_index = 0, 0
     with backend.reuse_prefixes():
-        while active := [ep for ep in live if not ep.done]:
-            shown = [ep.env.image() if ep.env.images else None for ep in active]
-            inputs = [builder.rollout_input(ep.task, ep.turns, ep.response_ids, ep.observation, ep.skill, image)
-                      for ep, image in zip(active, shown)]
+        while active := [i for i, ep in enumerate(live) if not ep.done]:
+            shown = [live[i].env.image() if live[i].env.images else None for i in active]
+            inputs = [builder.rollout_input(live[i].task, live[i].turns, live[i].response_ids,
+                                            live[i].observation, live[i].skill, image)
+                      for i, image in zip(active, shown)]
             pictures = [images for _, images in inputs]
             outs = backend.generate(
                 [prompt for prompt, _ in inputs], max_new_tokens=sampling.max_new_tokens,
                 temperature=sampling.temperature, top_p=sampling.top_p,
-                seed=None if seed is None else seed + turn_index,
+                seeds=None if seed is None else [request_seed(seed, turn_index, i) for i in active],
                 images=pictures if any(pictures) else None,
             )
-            for ep, out, image in zip(active, outs, shown):
+            for i, out, image in zip(active, outs, shown):
+                ep = live[i]
                 turn, ep.last = play_turn(ep.env, ep.observation, out.text, image)
                 ep.turns.append(turn)
                 ep.response_ids.append(out.token_ids)
+                ep.logprobs.append(out.logprobs)
                 ep.observation = ep.last.observation
                 generated += len(out.token_ids)
             turn_index += 1
     trajectories = [
-        Trajectory(finish_episode(ep.task, ep.turns, ep.first_observation, ep.last), tuple(map(tuple, ep.response_ids)))
+        Trajectory(finish_episode(ep.task, ep.turns, ep.first_observation, ep.last),
+                   tuple(map(tuple, ep.response_ids)), tuple(ep.logprobs))
         for ep in live
     ]
     return trajectories, generated

@@ -80,17 +80,24 @@ class Trajectory:
     """An :class:`Episode` plus the sampled response token ids of each turn.
 
     ``response_ids[t]`` are the ids the backend returned for ``episode.turns[t]`` (the
-    tokens that get scored).
+    tokens that get scored); ``logprobs[t]`` the log-probs the backend sampled them with
+    (:attr:`trainer.backend.Generation.logprobs`; empty for a turn it did not sample, e.g.
+    a demonstration or a forced start), or ``()`` for a trajectory without any.
     """
 
     episode: Episode
     response_ids: tuple[tuple[int, ...], ...]
+    logprobs: tuple[tuple[float, ...], ...] = ()
 
     def __post_init__(self):
         ids = tuple(tuple(int(i) for i in r) for r in self.response_ids)
         object.__setattr__(self, "response_ids", ids)
         if len(ids) != len(self.episode.turns):
             raise ValueError(f"{len(ids)} response id lists for {len(self.episode.turns)} turns")
+        lps = tuple(tuple(float(x) for x in r) for r in self.logprobs)
+        object.__setattr__(self, "logprobs", lps)
+        if lps and (len(lps) != len(ids) or any(r and len(r) != len(i) for r, i in zip(lps, ids))):
+            raise ValueError("logprobs must give each sampled turn one log-prob per response id")
 
     @property
     def task(self) -> Task:

@@ -20,10 +20,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
+from trainer.precision import autocast
 from trainer.samples import SampleBuilder, TokenSequence, Trajectory
 from trainer.vision import decoder_states
+
+# Positions per LM-head chunk: its [chunk, V] float32 log-softmax is the largest transient of
+# a scoring pass (0.6 GB at Qwen2.5's 152k vocabulary), and in the backward pass the largest
+# recomputed one.
+HEAD_CHUNK = 1024
 
 
 @dataclass
@@ -91,10 +98,13 @@ def _score_micro_batch(
     support = None
     if topk is not None and topk.ids is not None:
         support = topk.ids[list(rows), 1:ids.shape[1]].to(ids.device)[where]  # [K, k]
+    head = _head_logprobs
+    if torch.is_grad_enabled() and states.requires_grad:
+        head = _recomputed_head  # keeps states, not the [k, V] float32 log-softmax, for backward
     parts = [
-        _head_logprobs(model, states[i : i + head_chunk], targets[i : i + head_chunk], with_entropy,
-                       topk.k if topk is not None else 0,
-                       None if support is None else support[i : i + head_chunk], temperature)
+        head(model, states[i : i + head_chunk], targets[i : i + head_chunk], with_entropy,
+             topk.k if topk is not None else 0,
+             None if support is None else support[i : i + head_chunk], temperature)
         for i in range(0, max(len(targets), 1), head_chunk)
     ]  # one (empty) chunk if K = 0
     token_logp = torch.cat([p[0] for p in parts])  # [K]
@@ -128,6 +138,16 @@ def _head_logprobs(
     return token_logp, entropy
 
 
+def _recomputed_head(model, states, targets, with_entropy, top_k=0, support=None, temperature=1.0):
+    """:func:`_head_logprobs` under activation checkpointing: autograd keeps the chunk's
+    hidden states [k, H] and recomputes the logits in the backward pass, instead of keeping
+    the float32 [k, V] log-softmax of every chunk (5 GB for 8k tokens at Qwen2.5's 152k
+    vocabulary).  Same values and gradients; ids come back as they are."""
+    def run(chunk):
+        return _head_logprobs(model, chunk, targets, with_entropy, top_k, support, temperature)
+    return checkpoint(run, states, use_reentrant=False)
+
+
 def _scatter(where: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """Place ``values`` [K] (or [K, k]) at the True entries of ``where`` [n, L-1]; return
     [n, L] (or [n, L, k]) with a leading zero column (token 0 is never scored).
@@ -146,7 +166,7 @@ def sequence_logprobs(
     *,
     grad: bool = False,
     with_entropy: bool = True,
-    head_chunk: int = 4096,
+    head_chunk: int = HEAD_CHUNK,
     topk: TopK | None = None,
     temperature: float = 1.0,
     vision=None,
@@ -175,7 +195,7 @@ def sequence_logprobs(
     order = sorted(range(len(batch)), key=lambda i: -len(batch[i]))
     logps, ents = [None] * len(batch), [None] * len(batch)
     tops, top_ids = [None] * len(batch), [None] * len(batch)
-    with contextlib.nullcontext() if grad else torch.no_grad():
+    with contextlib.nullcontext() if grad else torch.no_grad(), autocast(model):
         for start in range(0, len(order), micro_batch):
             rows = order[start : start + micro_batch]
             logp, ent, extra = _score_micro_batch(
@@ -263,6 +283,77 @@ def _action_index(batch: Sequence[TokenSequence], num_traj: int):
             cols.append([batch[n].input_ids[j] for _, n, j in r])
             index[:, b, : len(r)] = torch.tensor(cols)
     return index[0], index[1], index[2], index[3]
+
+
+@dataclass(frozen=True)
+class ActionIndex:
+    """Where each sequence's scored tokens are, in the *sequence-action* layout [N, A]
+    (sequence n's A_n scored tokens in order, right-padded): their ``positions`` in the
+    sequence, and the ``rows`` / ``cols`` they take in the per-trajectory [B, T] layout of
+    :func:`collate_actions`; ``mask`` [N, A] bool marks real tokens.  A micro-batch of the
+    update is a set of sequences: this index gathers its tokens' advantages, old log-probs and
+    weights from the [B, T] tensors of the data phase (:func:`gather_actions`)."""
+
+    positions: torch.Tensor
+    rows: torch.Tensor
+    cols: torch.Tensor
+    mask: torch.Tensor
+
+    def part(self, seqs: Sequence[int]) -> ActionIndex:
+        """The index of the sequences ``seqs`` (in that order), cut to their longest."""
+        take = torch.as_tensor(list(seqs), dtype=torch.long)
+        width = max(1, int(self.mask[take].sum(dim=1).max()))
+        return ActionIndex(*(t[take, :width] for t in (self.positions, self.rows, self.cols, self.mask)))
+
+
+def action_index(batch: Sequence[TokenSequence], num_traj: int | None = None) -> ActionIndex:
+    """The :class:`ActionIndex` of ``batch`` (the sequences of ``num_traj`` trajectories;
+    None: positions only, ``rows`` / ``cols`` left 0, e.g. for a teacher's sequences)."""
+    width = max(1, max((sum(s.action_mask) for s in batch), default=0))
+    index = torch.zeros((4, len(batch), width), dtype=torch.long)  # position, row, col, valid
+    for n, seq in enumerate(batch):
+        where = [j for j, m in enumerate(seq.action_mask) if m]
+        index[0, n, :len(where)] = torch.tensor(where, dtype=torch.long)
+        index[3, n, :len(where)] = 1
+    if num_traj is not None:
+        seq_idx, pos_idx, turns, _ = _action_index(batch, num_traj)  # [B, T] each
+        filled = [0] * len(batch)
+        for b, c in (turns >= 0).nonzero().tolist():  # row-major: each sequence's tokens in order
+            n = int(seq_idx[b, c])
+            if int(pos_idx[b, c]) != int(index[0, n, filled[n]]):
+                raise AssertionError(f"sequence {n}: scored tokens out of order in its trajectory")
+            index[1:3, n, filled[n]] = torch.tensor([b, c])
+            filled[n] += 1
+    return ActionIndex(index[0], index[1], index[2], index[3].bool())
+
+
+def gather_actions(values: torch.Tensor, index: ActionIndex, traj_rows: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, T(, k)] per-trajectory values -> [N, A(, k)] at ``index``'s tokens (0 on padding);
+    ``traj_rows`` maps the index's rows to rows of ``values`` (a minibatch's trajectories)."""
+    rows = index.rows if traj_rows is None else traj_rows.to(index.rows.device)[index.rows]
+    picked = values[rows.to(values.device), index.cols.to(values.device)]
+    mask = index.mask.to(values.device).view(*index.mask.shape, *([1] * (picked.dim() - 2)))
+    return torch.where(mask, picked, torch.zeros((), dtype=picked.dtype, device=picked.device))
+
+
+def to_actions(values: torch.Tensor, index: ActionIndex) -> torch.Tensor:
+    """[N, L(, k)] per-position values (:func:`sequence_logprobs` of the index's sequences)
+    -> [N, A(, k)] at their scored tokens, in order (0 on padding); differentiable."""
+    positions = index.positions.to(values.device)
+    if values.dim() == 3:
+        positions = positions[..., None].expand(-1, -1, values.shape[-1])
+    picked = values.gather(1, positions)
+    mask = index.mask.to(values.device).view(*index.mask.shape, *([1] * (picked.dim() - 2)))
+    return torch.where(mask, picked, torch.zeros((), dtype=picked.dtype, device=picked.device))
+
+
+def from_actions(values: torch.Tensor, index: ActionIndex, width: int) -> torch.Tensor:
+    """The inverse of :func:`to_actions` for [N, A, k] ids: [N, width, k], zeros elsewhere."""
+    dense = torch.zeros((values.shape[0], width, *values.shape[2:]), dtype=values.dtype)
+    keep = index.mask
+    rows = torch.arange(values.shape[0])[:, None].expand_as(keep)
+    dense[rows[keep], index.positions[keep]] = values.cpu()[keep]
+    return dense
 
 
 def score_trajectories(

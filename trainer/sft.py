@@ -52,12 +52,15 @@ def sft(
     grad_clip: float = 1.0,
     progress=None,
     vision=None,
+    micro_batch: int | None = None,
 ) -> dict[str, float]:
     """Fine-tune ``model`` in place (AdamW, :func:`warmup_cosine` schedule); ``vision``: the
     codec of the examples' images (:mod:`trainer.vision`); ``progress``: a tqdm bar advanced
-    once per optimizer step (one opened without a total gets this call's).  Returns
-    ``{"sft/loss_first", "sft/loss_last",
-    "sft/examples", "sft/tokens"}`` (mean loss of the first and the last epoch)."""
+    once per optimizer step (one opened without a total gets this call's); ``micro_batch``:
+    examples per forward and backward (gradient accumulation; the step is the batch's, each
+    micro-batch's NLL weighted by its share of the batch's target tokens), None = the
+    batch.  Returns ``{"sft/loss_first", "sft/loss_last", "sft/examples", "sft/tokens"}``
+    (mean loss of the first and the last epoch)."""
     if not examples:
         raise ValueError("sft: no examples")
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -74,18 +77,24 @@ def sft(
         total, count = 0.0, 0
         for start in range(0, len(order), batch_size):
             batch = [examples[i] for i in order[start:start + batch_size]]
-            logp, _ = sequence_logprobs(model, batch, micro_batch=batch_size, grad=True, with_entropy=False,
-                                        vision=vision)  # [N, L]
-            pad = torch.nn.functional.pad
-            mask = torch.stack([pad(torch.tensor(s.action_mask, dtype=logp.dtype), (0, logp.shape[1] - len(s)))
-                                for s in batch]).to(logp.device)  # [N, L]
-            loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+            targets = max(1, sum(sum(s.action_mask) for s in batch))
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss = 0.0
+            for part in range(0, len(batch), micro_batch or len(batch)):
+                chunk = batch[part:part + (micro_batch or len(batch))]
+                logp, _ = sequence_logprobs(model, chunk, micro_batch=len(chunk), grad=True, with_entropy=False,
+                                            vision=vision)  # [n, L]
+                pad = torch.nn.functional.pad
+                mask = torch.stack([pad(torch.tensor(s.action_mask, dtype=logp.dtype), (0, logp.shape[1] - len(s)))
+                                    for s in chunk]).to(logp.device)  # [n, L]
+                piece = -(logp * mask).sum() / targets  # this chunk's share of the batch's token-mean NLL
+                piece.backward()
+                loss += piece.item()
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
             schedule.step()
-            total, count = total + loss.item(), count + 1
+            total, count = total + loss, count + 1
             if progress is not None:
                 progress.update(1)
         epoch_losses.append(total / max(count, 1))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import envs
 from envs.base import demo_policy, run_episode
+from trainer.backend import request_seed
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
 from trainer.context import Context, env_factory
 from trainer.rollout import Sampling, collect
@@ -66,7 +67,8 @@ def warm_start(ctx: Context, progress=None) -> dict[str, float]:
         if rng.random() < ws.writer_fraction:
             examples.append(_writer_example(ctx, episode, hindsight))
     metrics = sft(ctx.model, examples, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size,
-                  seed=cfg.seed, progress=progress, vision=ctx.builder.vision)
+                  seed=cfg.seed, progress=progress, vision=ctx.builder.vision,
+                  micro_batch=cfg.algo.micro_batch_size)
     return {k.replace("sft/", "warm/"): v for k, v in metrics.items()}
 
 
@@ -78,17 +80,19 @@ def skill_sft(ctx: Context, progress=None) -> dict[str, float]:
     tasks = rng.sample(ctx.train_tasks, min(st.tasks, len(ctx.train_tasks)))
     batch = [t for t in tasks for _ in range(st.rollouts_per_task)]
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
-    trajectories, _ = collect(ctx.make_env, batch, ctx.builder, ctx.backend, sampling, seed=cfg.seed)
+    trajectories, _ = collect(ctx.make_env, batch, ctx.builder, ctx.backend, sampling,
+                              seed=request_seed("stage1", cfg.seed))
     annotator = ExternalWriter(ctx.prompt_env.domain_description(), cfg.writer) if cfg.writer.endpoint \
         else OracleWriter(ctx.make_env)
-    hindsights = annotator.write(trajectories)
+    hindsights = annotator.write(trajectories, seed=request_seed("stage1-write", cfg.seed))
     pairs = [(t.episode, h) for t, h in zip(trajectories, hindsights) if h.valid and h.boundary_valid]
     metrics = {"sft/acceptance_rate": len(pairs) / max(1, len(trajectories)),
                "sft/rollout_success": sum(t.episode.success for t in trajectories) / max(1, len(trajectories))}
     if pairs:
         examples = [_writer_example(ctx, e, h) for e, h in pairs]
         metrics.update(sft(ctx.model, examples, epochs=st.epochs, lr=st.lr, batch_size=st.batch_size,
-                           seed=cfg.seed, progress=progress, vision=ctx.builder.vision))
+                           seed=cfg.seed, progress=progress, vision=ctx.builder.vision,
+                           micro_batch=cfg.algo.micro_batch_size))
     return metrics
 
 
@@ -101,7 +105,8 @@ def warm_start_cache(cfg: RunConfig) -> Path | None:
     ws = cfg.stages.warm_start
     if not ws.cache or not ws.enabled:
         return None
-    parts = {"model": json.loads(canonical_json(cfg.model)), "env": json.loads(canonical_json(cfg.env)),
+    parts = {"model": json.loads(canonical_json(cfg.model, exclude=("vllm",))),
+             "env": json.loads(canonical_json(cfg.env)),
              "warm_start": {k: v for k, v in to_dict(ws).items() if k not in ("cache", "cache_dir")},
              "seed": cfg.seed, "max_new_tokens": cfg.rollout.max_new_tokens}
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
@@ -259,7 +264,7 @@ def writer_validity(ctx: Context, size: int = WRITER_PANEL_SIZE) -> dict[str, fl
     from trainer.context import make_writer
 
     trajectories = writer_panel(ctx, size)
-    hindsights = make_writer(ctx, "self").write(trajectories)
+    hindsights = make_writer(ctx, "self").write(trajectories, seed=request_seed("writer-panel", ctx.cfg.seed))
     valid = [h.valid and h.boundary_valid for h in hindsights]
     failed = [(t, h) for t, h, ok in zip(trajectories, hindsights, valid) if ok and not t.episode.success]
     agree = sum(h.error_turn == error_turn(t.episode) for t, h in failed)

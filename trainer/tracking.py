@@ -57,7 +57,11 @@ NOTE_TAG = "mlflow.note.content"  # the run/experiment description shown by the 
 EXPERIMENT_KIND_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 PARENT_TAG = "mlflow.parentRunId"
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
-CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages.warm_start.cache_dir")
+# What a cell is not: the seed (the seed axis), where a run logs and writes, and settings that
+# change where and how fast it computes but not its results (the vLLM engine, the
+# micro-batch size, the external writer's concurrency), so a relaunch keeps its cells.
+CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages.warm_start.cache_dir",
+                "model.vllm", "algo.micro_batch_size", "writer.concurrency")
 _LOCKED = ("database is locked", "database table is locked")
 
 

@@ -25,7 +25,6 @@ output without a boundary, or whose boundary was malformed and dropped, counted 
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
@@ -33,10 +32,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from envs.base import Hindsight, Task, TextEnv, expert_policy, run_episode
+from trainer.backend import request_seed
+from trainer.checkpoint import load_module
 from trainer.config import WriterConfig
+from trainer.precision import frozen_copy
 from trainer.samples import (
     Trajectory,
     analyzer_prompt,
@@ -51,7 +54,9 @@ INVALID = Hindsight(positive_skill="", valid=False)
 class Writer(Protocol):
     kind: str
 
-    def write(self, trajectories: Sequence[Trajectory]) -> list[Hindsight]: ...
+    def write(self, trajectories: Sequence[Trajectory], seed: int | None = None) -> list[Hindsight]:
+        """One hindsight per trajectory; ``seed``: the call's base seed (a sampling writer
+        seeds trajectory i's request with ``request_seed(seed, i)``)."""
 
     def on_update(self, step: int, policy) -> None:
         """Called after RL update ``step`` with the live policy model."""
@@ -60,7 +65,7 @@ class Writer(Protocol):
 class NoWriter:
     kind = "none"
 
-    def write(self, trajectories):
+    def write(self, trajectories, seed=None):
         return [INVALID for _ in trajectories]
 
     def on_update(self, step, policy):
@@ -77,7 +82,7 @@ class OracleWriter:
 
         self._oracle = EnvOracle(make_env)
 
-    def write(self, trajectories):
+    def write(self, trajectories, seed=None):
         return [self._oracle.write(t.episode) for t in trajectories]
 
     def on_update(self, step, policy):
@@ -85,7 +90,11 @@ class OracleWriter:
 
 
 class SelfWriter:
-    """The policy's own (frozen) checkpoint as analyzer (SEED Algorithm 1, line 11)."""
+    """The policy's own (frozen) checkpoint as analyzer (SEED Algorithm 1, line 11).
+
+    ``backend_factory(model)`` gives the backend to write with: the policy's own (one engine
+    a trial) when ``model`` is the policy, i.e. with ``refresh_every`` = 1; a frozen snapshot
+    gets its own, which follows the snapshot's weights when a refresh loads new ones."""
 
     kind = "self"
 
@@ -93,17 +102,17 @@ class SelfWriter:
                  vision=None):
         self.tokenizer, self.domain, self.cfg = tokenizer, domain, cfg
         self.max_prompt_tokens, self.vision = max_prompt_tokens, vision
-        self._backend_factory = backend_factory
-        self.snapshot = policy if cfg.refresh_every == 1 else _frozen_copy(policy)
+        self.snapshot = policy if cfg.refresh_every == 1 else frozen_copy(policy)
         self.backend = backend_factory(self.snapshot)
 
-    def write(self, trajectories):
+    def write(self, trajectories, seed=None):
         inputs = [writer_input(self.tokenizer, self.domain, t.episode, self.max_prompt_tokens, self.vision)
                   for t in trajectories]
         images = [i for _, i in inputs]
         outs = self.backend.generate(
             [p for p, _ in inputs], max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature,
             top_p=self.cfg.top_p, stop_strings=("</negative>",), images=images if any(images) else None,
+            seeds=None if seed is None else [request_seed(seed, i) for i in range(len(inputs))],
         )
         return [parse_analyzer_output(o.text, len(t.turns)) for o, t in zip(outs, trajectories)]
 
@@ -113,20 +122,13 @@ class SelfWriter:
         return None if self.cfg.refresh_every == 1 else self.snapshot
 
     def restore(self, state_path) -> None:
-        """Load a saved frozen snapshot (resume) and point the generation backend at it."""
-        from trainer.checkpoint import load_module
-
+        """Load a saved frozen snapshot (resume); its backend follows the loaded weights."""
         load_module(self.snapshot, state_path)
-        self.backend.sync_weights(self.snapshot)
 
     def on_update(self, step: int, policy) -> None:
         every = self.cfg.refresh_every
-        if every == 1:
-            self.snapshot = policy
-            self.backend.sync_weights(policy)
-        elif every > 1 and step % every == 0:
+        if every > 1 and step % every == 0:
             self.snapshot.load_state_dict(policy.state_dict())
-            self.backend.sync_weights(self.snapshot)
 
 
 class FrozenWriter(SelfWriter):
@@ -139,7 +141,7 @@ class FrozenWriter(SelfWriter):
                  max_prompt_tokens: int, model=None, vision=None):
         self.tokenizer, self.domain, self.cfg = tokenizer, domain, cfg
         self.max_prompt_tokens, self.vision = max_prompt_tokens, vision
-        self.snapshot = _frozen_copy(policy if model is None else model)
+        self.snapshot = frozen_copy(policy) if model is None else model.eval().requires_grad_(False)
         self.backend = backend_factory(self.snapshot)
 
     def frozen(self):
@@ -169,13 +171,6 @@ def writer_input(tokenizer, domain: str, episode, max_prompt_tokens: int, vision
         chars //= 2
 
 
-def _frozen_copy(model):
-    clone = copy.deepcopy(model)
-    clone.eval()
-    clone.requires_grad_(False)
-    return clone
-
-
 def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z]+", text.lower()))
 
@@ -202,7 +197,7 @@ class StaticWriter:
         best = max(self.library, key=lambda e: len(words & e[0]) / max(1, len(words | e[0])))
         return best[1]
 
-    def write(self, trajectories):
+    def write(self, trajectories, seed=None):
         skills = [self.retrieve(t.task) for t in trajectories]
         return [Hindsight(positive_skill=s) if s else INVALID for s in skills]
 
@@ -245,8 +240,11 @@ def load_library(path: str) -> list[dict]:
 
 class ExternalWriter:
     """An OpenAI-compatible ``/chat/completions`` endpoint; the analyzer prompt and format
-    are the self writer's.  Transport errors are retried ``max_retries`` times with backoff;
-    then (and for malformed output) the trajectory gets an invalid Hindsight."""
+    are the self writer's.  A call's trajectories are written concurrently, at most
+    ``writer.concurrency`` requests in flight, each with its own ``seed`` when the call has
+    one (vLLM's server and OpenAI's read it).  Transport errors are retried ``max_retries``
+    times with backoff; then (and for malformed output) the trajectory gets an invalid
+    Hindsight."""
 
     kind = "external"
 
@@ -255,12 +253,14 @@ class ExternalWriter:
             raise ValueError("writer.endpoint is empty: set the chat-completions base URL for the external writer")
         self.domain, self.cfg = domain, cfg
 
-    def _request(self, messages: list[dict]) -> str:
+    def _request(self, messages: list[dict], seed: int | None = None) -> str:
         request = {"model": self.cfg.model, "messages": messages,
                    "temperature": self.cfg.temperature, "top_p": self.cfg.top_p,
                    "max_tokens": self.cfg.max_new_tokens}
         if self.cfg.top_k:
             request["top_k"] = self.cfg.top_k
+        if seed is not None:
+            request["seed"] = seed
         body = json.dumps(request).encode()
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.cfg.api_key_env, "")
@@ -271,18 +271,20 @@ class ExternalWriter:
         with urllib.request.urlopen(request, timeout=self.cfg.timeout_s) as response:
             return json.load(response)["choices"][0]["message"]["content"]
 
-    def write(self, trajectories):
-        out = []
-        for traj in trajectories:
-            text = None
-            for attempt in range(self.cfg.max_retries + 1):
-                try:
-                    text = self._request(analyzer_prompt(self.domain, traj.episode))
-                    break
-                except (urllib.error.URLError, TimeoutError, KeyError, ValueError):
-                    time.sleep(min(2.0**attempt, 10.0) * 0.1)
-            out.append(INVALID if text is None else parse_analyzer_output(text, len(traj.turns)))
-        return out
+    def write(self, trajectories, seed=None):
+        seeds = [None if seed is None else request_seed(seed, i) for i in range(len(trajectories))]
+        with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
+            return list(pool.map(self._write_one, trajectories, seeds))
+
+    def _write_one(self, traj: Trajectory, seed: int | None) -> Hindsight:
+        text = None
+        for attempt in range(self.cfg.max_retries + 1):
+            try:
+                text = self._request(analyzer_prompt(self.domain, traj.episode), seed)
+                break
+            except (urllib.error.URLError, TimeoutError, KeyError, ValueError):
+                time.sleep(min(2.0**attempt, 10.0) * 0.1)
+        return INVALID if text is None else parse_analyzer_output(text, len(traj.turns))
 
     def on_update(self, step, policy):
         pass

@@ -16,7 +16,7 @@ from .credit import (
 )
 from .grpo import STD_MODES, grpo_advantages, ppo_clip_loss, tied_groups
 from .inputs import CreditInputs, LossInputs
-from .masked import LOSS_AGGS, aggregate, masked_mean, masked_std
+from .masked import LOSS_AGGS, aggregate, aggregation_weights, masked_mean, masked_std
 from .methods import (
     METHODS,
     REMOVED_METHODS,
@@ -57,6 +57,7 @@ __all__ = [
     "Regions",
     "Registry",
     "aggregate",
+    "aggregation_weights",
     "etro_opd_advantages",
     "get_method",
     "grpo_advantages",

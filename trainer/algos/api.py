@@ -76,6 +76,7 @@ def policy_loss(
             agg=cfg.loss_agg,
             clip_ratio_c=cfg.clip_ratio_c,
             kl_clamp=cfg.kl_clamp,
+            weights=inputs.agg_weights,
         )
         loss = loss + rl
         metrics["loss/rl"] = rl.detach().item()

@@ -78,6 +78,7 @@ def ppo_clip_loss(
     agg: str = "token-mean",
     clip_ratio_c: float = 3.0,
     kl_clamp: bool = True,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Token-level clipped PPO surrogate plus a k3 KL penalty (SEED review Eq. RL), with
     verl's dual clip and KL clamps (``verl/trainer/ppo/core_algos.py``).
@@ -94,6 +95,9 @@ def ppo_clip_loss(
             ``logp_old`` and ``logp_ref`` are treated as constants.
         logp_ref: ``[B, T]`` reference log-probs; required when ``kl_coef > 0``.
         agg: ``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum``.
+        weights: ``[B, T]`` per-token aggregation weights over a larger batch (a
+            micro-batch's share, :func:`~trainer.algos.masked.aggregate`); None = ``agg``
+            over these rows.
 
     Returns:
         ``(loss, metrics)`` with float metrics ``pg_loss``, ``clip_frac`` (share of valid
@@ -123,11 +127,11 @@ def ppo_clip_loss(
         kl_tok = torch.exp(ref_gap) - ref_gap - 1.0
         if kl_clamp:
             kl_tok = torch.clamp(kl_tok, max=10.0)
-    loss = aggregate(per_token + kl_coef * kl_tok, mask, agg)
+    loss = aggregate(per_token + kl_coef * kl_tok, mask, agg, weights)
     with torch.no_grad():
         m = mask.bool()
         metrics = {
-            "pg_loss": aggregate(per_token, mask, agg).item(),
+            "pg_loss": aggregate(per_token, mask, agg, weights).item(),
             "clip_frac": masked_mean((clipped > unclipped).float(), m).item(),
             "approx_kl": masked_mean(ratio - 1.0 - log_ratio, m).item(),
             "kl": masked_mean(kl_tok, m).item(),

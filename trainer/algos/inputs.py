@@ -116,6 +116,11 @@ class LossInputs:
         topk_logp / topk_logp_teacher: ``[B, T, k]`` the student's (with gradient) and the
             teacher's log-probs of the teacher's k most likely tokens at each position
             (OPSD's distribution matching, ``algo.opsd_top_k``); None otherwise.
+        agg_weights: ``[B, T]`` each token's share of the loss aggregation over the whole
+            PPO minibatch (:func:`~trainer.algos.masked.aggregation_weights`) when these
+            rows are one micro-batch of it: the losses are then ``sum(per-token * weight)``,
+            and the micro-batches' losses sum to the minibatch's.  None = aggregate over
+            these rows alone (``algo.loss_agg``; a row is a trajectory).
     """
 
     logp: Tensor
@@ -127,10 +132,11 @@ class LossInputs:
     opd_mask: Tensor | None = None
     topk_logp: Tensor | None = None
     topk_logp_teacher: Tensor | None = None
+    agg_weights: Tensor | None = None
 
     def __post_init__(self) -> None:
         _check_shapes(self, {"logp": 2, "logp_old": 2, "advantages": 2, "logp_ref": 2,
-                             "logp_teacher": 2, "opd_mask": 2})
+                             "logp_teacher": 2, "opd_mask": 2, "agg_weights": 2})
         for name in ("topk_logp", "topk_logp_teacher"):
             value = getattr(self, name)
             if value is not None and tuple(value.shape[:2]) != tuple(self.mask.shape):

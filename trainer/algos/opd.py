@@ -32,16 +32,18 @@ def _teacher_gap(logp_student: Tensor, logp_teacher: Tensor, mask: Tensor) -> tu
     return teacher, teacher - logp_student.detach()
 
 
-def _reduce(per_token: Tensor, mask: Tensor, agg: str, agg_mask: Tensor | None) -> Tensor:
+def _reduce(per_token: Tensor, mask: Tensor, agg: str, agg_mask: Tensor | None,
+            weights: Tensor | None = None) -> Tensor:
     """``agg`` of ``per_token`` on ``mask`` over the tokens of ``agg_mask`` (default ``mask``):
-    tokens of ``agg_mask`` outside ``mask`` count as 0 (they stay in the denominator)."""
+    tokens of ``agg_mask`` outside ``mask`` count as 0 (they stay in the denominator);
+    ``weights``: a micro-batch's aggregation weights (:func:`~.masked.aggregate`)."""
     agg_mask = mask if agg_mask is None else agg_mask
-    return aggregate(torch.where(mask.bool(), per_token, torch.zeros_like(per_token)), agg_mask, agg)
+    return aggregate(torch.where(mask.bool(), per_token, torch.zeros_like(per_token)), agg_mask, agg, weights)
 
 
 def seed_opd_loss(
     logp_student: Tensor, logp_teacher: Tensor, mask: Tensor, beta: float,
-    agg: str = "token-mean", agg_mask: Tensor | None = None,
+    agg: str = "token-mean", agg_mask: Tensor | None = None, weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """SEED's confidence-gated OPD loss (SEED review Eq. 1, Algorithm 1 lines 21-25).
 
@@ -58,13 +60,14 @@ def seed_opd_loss(
         beta: gate sharpness beta_opd (paper: 5.0).
         agg / agg_mask: the policy loss's aggregation (``algo.loss_agg``, as the actor's)
             over ``agg_mask`` ``[B, T]`` (default ``mask``); token-mean is the above.
+        weights: ``[B, T]`` a micro-batch's share of a larger batch's aggregation.
 
     Returns:
         ``(loss, metrics)``; metrics ``gate_mean``, ``gate_std``, ``delta_mean`` over valid tokens.
     """
     teacher, delta = _teacher_gap(logp_student, logp_teacher, mask)
     gate = seed_gate(delta, beta)
-    loss = _reduce(gate * (teacher - logp_student), mask, agg, agg_mask)
+    loss = _reduce(gate * (teacher - logp_student), mask, agg, agg_mask, weights)
     metrics = {
         "gate_mean": masked_mean(gate, mask).item(),
         "gate_std": masked_std(gate, mask).item(),
@@ -75,7 +78,7 @@ def seed_opd_loss(
 
 def opsd_loss(
     logp_student: Tensor, logp_teacher: Tensor, mask: Tensor,
-    agg: str = "token-mean", agg_mask: Tensor | None = None,
+    agg: str = "token-mean", agg_mask: Tensor | None = None, weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Ungated sampled-token self-distillation (OPSD, Zhao et al. 2026a; SEED review baselines).
 
@@ -90,7 +93,7 @@ def opsd_loss(
     """
     _, delta = _teacher_gap(logp_student, logp_teacher, mask)
     surrogate = -delta * (logp_student - logp_student.detach())  # value 0, grad -Delta
-    loss = _reduce(-delta, mask, agg, agg_mask) + _reduce(surrogate, mask, agg, agg_mask)
+    loss = _reduce(-delta, mask, agg, agg_mask, weights) + _reduce(surrogate, mask, agg, agg_mask, weights)
     metrics = {
         "delta_mean": masked_mean(delta, mask).item(),
         "reverse_kl": masked_mean(-delta, mask).item(),
@@ -100,7 +103,7 @@ def opsd_loss(
 
 def opsd_topk_loss(
     topk_student: Tensor, topk_teacher: Tensor, mask: Tensor,
-    agg: str = "token-mean", agg_mask: Tensor | None = None,
+    agg: str = "token-mean", agg_mask: Tensor | None = None, weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """OPSD's distribution matching on the teacher's top-k support (``algo.opsd_top_k``).
 
@@ -120,7 +123,7 @@ def opsd_topk_loss(
     log_qs = torch.log_softmax(torch.where(mask.bool()[..., None], topk_student,
                                            torch.zeros_like(topk_student)), dim=-1)
     per_token = (log_qs.exp() * (log_qs - log_qt)).sum(-1)  # [B, T]
-    loss = _reduce(per_token, mask, agg, agg_mask)
+    loss = _reduce(per_token, mask, agg, agg_mask, weights)
     metrics = {"reverse_kl": masked_mean(per_token.detach(), mask).item(),
                "topk_mass": masked_mean(teacher.exp().sum(-1), mask).item()}
     return loss, metrics
@@ -141,7 +144,8 @@ def _on_opd_tokens(loss_fn, inputs: LossInputs, cfg: AlgoConfig, *args) -> tuple
     n_opd, n_all = opd.sum(), mask.sum().clamp(min=1)
     if n_opd == 0:
         return inputs.logp.sum() * 0.0, {"opd/token_frac": 0.0}
-    loss, m = loss_fn(inputs.logp, inputs.logp_teacher, opd, *args, agg=cfg.loss_agg, agg_mask=mask)
+    loss, m = loss_fn(inputs.logp, inputs.logp_teacher, opd, *args, agg=cfg.loss_agg, agg_mask=mask,
+                      weights=inputs.agg_weights)
     metrics = {f"opd/{k}": v for k, v in m.items()}
     metrics["opd/token_frac"] = (n_opd / n_all).item()
     return loss, metrics
@@ -171,6 +175,6 @@ def ungated_opd(inputs: LossInputs, cfg: AlgoConfig) -> tuple[Tensor, dict[str, 
 def _topk_pair(inputs: LossInputs):
     """:func:`opsd_topk_loss` in the ``(student, teacher, mask, ...)`` form of
     :func:`_on_opd_tokens`, reading the [B, T, k] inputs."""
-    def loss_fn(logp, logp_teacher, mask, agg, agg_mask):
-        return opsd_topk_loss(inputs.topk_logp, inputs.topk_logp_teacher, mask, agg, agg_mask)
+    def loss_fn(logp, logp_teacher, mask, agg, agg_mask, weights):
+        return opsd_topk_loss(inputs.topk_logp, inputs.topk_logp_teacher, mask, agg, agg_mask, weights)
     return loss_fn
