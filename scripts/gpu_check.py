@@ -7,9 +7,15 @@ writer and teacher), then ``qwen2.5-7b-shape`` scores GRPO's batch without gradi
 and saved per method: seconds per phase (rollout, write, score, reference, teacher, advantage,
 update; ``update`` includes SEED's current-policy teacher), rollout tokens/s (generated tokens
 over rollout seconds), training tokens/s (tokens of the sequences forwarded and back-propagated
-in the update over update seconds), peak memory, the share of one weight matrix that the
-update changed and the share that an lr-sized step can change at all in the weights' dtype.
+in the update over update seconds), peak memory beside ``hindsight memory``'s estimate for
+the same config (trainer/memory.py), the share of one weight matrix of the float32 masters
+that the update changed and the share that an lr-sized step can change at all in their dtype.
+The update is the trainer's own: float32 master weights with bfloat16 autocast, backward per
+micro-batch (``algo.micro_batch_size``), gradient checkpointing.
 Then SEED's and ETRO's step time over GRPO's against the goals (SEED <= 1.15x, ETRO <= 1.20x).
+Where vLLM is importable, the GRPO batch's rollout is also played on the vLLM backend and its
+tokens/s set against the transformers backend's (goal: at least 5x); where it is not (the lent
+GPU image has no vLLM), the results say that vLLM was not measured.
 A random model emits noise, so every response runs to ``--new-tokens`` and
 every episode to ``--turns``: the figures are those of the budget.
 
@@ -207,6 +213,7 @@ def measure_method(base, method: str, device: str, warm: bool) -> tuple[dict, ob
     start_rl(ctx)
     if warm:
         warm_up(ctx)
+    estimate = memory_estimate(cfg, device)
     reset_memory(device)
     probe = _probe(ctx.model)
     before = probe.detach().clone()
@@ -237,12 +244,58 @@ def measure_method(base, method: str, device: str, warm: bool) -> tuple[dict, ob
         "changed_fraction": float((probe.detach() != before).float().mean()),
         "lr_step_kept": float(((before + cfg.algo.lr) != before).float().mean()),
         "loss": {k: v for k, v in losses.items() if k.startswith("loss/")},
+        "estimate_mb": estimate,
         **memory(device),
     }
     keep = (ctx.tokenizer, ctx.builder, batch.trajectories)
     del ctx, batch, probe, before
     reset_memory(device)
     return result, keep
+
+
+def memory_estimate(cfg, device: str) -> float | None:
+    """``hindsight memory``'s peak for ``cfg`` on this device, in MiB (None without CUDA: a
+    CPU's peak resident set is the whole process's, not comparable)."""
+    import torch
+
+    from trainer.memory import plan_memory
+
+    if device != "cuda":
+        return None
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    return plan_memory(cfg, total).peak / 2**20
+
+
+def measure_rollout_backends(base, device: str) -> dict:
+    """The GRPO batch's rollout on the transformers and the vLLM backend, same weights and
+    tasks: generated tokens/s of each and their ratio (the goal: vLLM at least 5x)."""
+    import importlib.util
+
+    from trainer.backend import request_seed
+    from trainer.config import apply_overrides, resolve
+    from trainer.context import build_context
+    from trainer.rollout import Sampling, collect
+
+    if importlib.util.find_spec("vllm") is None:
+        return {"status": "not measured: vLLM is not installed on this machine"}
+    out = {}
+    for backend in ("transformers", "vllm"):
+        cfg = resolve(apply_overrides(base, {"algo.method": "grpo", "model.backend": backend}))
+        ctx = build_context(cfg)
+        tasks = [t for t in ctx.train_tasks[:cfg.rollout.tasks_per_step] for _ in range(cfg.rollout.group_size)]
+        sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature)
+        collect(ctx.make_env, tasks[:2], ctx.builder, ctx.backend, sampling, seed=0)  # warm-up
+        sync = _sync(device)
+        start = time.perf_counter()
+        _, generated = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling, seed=request_seed("check"))
+        if sync is not None:
+            sync()
+        seconds = time.perf_counter() - start
+        out[backend] = {"seconds": seconds, "generated_tokens": generated, "tokens_per_s": generated / seconds}
+        del ctx
+        reset_memory(device)
+    ratio = out["vllm"]["tokens_per_s"] / out["transformers"]["tokens_per_s"]
+    return {"status": "ok", **out, "ratio": ratio, "target": 5.0, "met": ratio >= 5.0}
 
 
 def measure_scoring(backbone: str, kept, dtype: str, device: str, seed: int) -> dict:
@@ -337,18 +390,20 @@ def render_markdown(results: dict) -> str:
                f"{s['new_tokens']} tokens, window context (N = 2), KL reference on; SEED's self writer "
                f"{s['writer_tokens']} tokens{overrides}.")
     header = (f"| method | step s | vs GRPO | {' | '.join(PHASES)} | rollout tok/s | train tok/s "
-              f"| {mem_name} | lr step kept | status |")
+              f"| {mem_name} | estimate GiB | lr step kept | status |")
     lines = [f"### {env['device']}, {env['date']}", "", setting, "", header,
-             "|---|" + "---:|" * (len(PHASES) + 6) + "---|"]
+             "|---|" + "---:|" * (len(PHASES) + 7) + "---|"]
     grpo = results["methods"].get("grpo", {})
     for name, r in results["methods"].items():
         if r.get("status") != "ok":
-            lines.append(f"| {name} |" + " - |" * (len(PHASES) + 6) + f" {r.get('status')} |")
+            lines.append(f"| {name} |" + " - |" * (len(PHASES) + 7) + f" {r.get('status')} |")
             continue
         ratio = r["step_s"] / grpo["step_s"] if grpo.get("status") == "ok" else None
         phases = " | ".join(_fmt(r["phases_s"].get(p)) for p in PHASES)
+        estimate = r.get("estimate_mb")
         lines.append(f"| {name} | {r['step_s']:.2f} | {_fmt(ratio)}x | {phases} | {r['rollout_tokens_per_s']:.0f} "
                      f"| {r['train_tokens_per_s']:.0f} | {r[mem_key] / 1024:.1f} "
+                     f"| {_fmt(None if estimate is None else estimate / 1024, '.1f')} "
                      f"| {100 * r['lr_step_kept']:.1f}% | ok |")
     sc = results.get("scoring")
     if sc and sc.get("status") == "ok":
@@ -357,6 +412,13 @@ def render_markdown(results: dict) -> str:
                        f"{mem_name} {sc[mem_key] / 1024:.1f}.")]
     elif sc:
         lines += ["", f"Scoring pass, `{s['score_backbone']}`: {sc.get('status')}."]
+    ro = results.get("rollout_backends") or {}
+    if ro.get("status") == "ok":
+        lines += ["", (f"Rollout of the GRPO batch: vLLM {ro['vllm']['tokens_per_s']:.0f} tokens/s, transformers "
+                       f"{ro['transformers']['tokens_per_s']:.0f} tokens/s: {ro['ratio']:.1f}x (goal >= 5x: "
+                       f"{'met' if ro['met'] else 'MISSED'}).")]
+    elif ro:
+        lines += ["", f"Rollout on the vLLM backend: {ro.get('status')}."]
     goals = [f"{name.upper()} <= {r['target']:.2f}x GRPO: {r['ratio']:.2f}x {'met' if r['met'] else 'MISSED'}"
              for name, r in results["ratios"].items()]
     if goals:
@@ -420,7 +482,8 @@ def check(args: argparse.Namespace) -> dict:
     except (ConfigError, ValueError) as e:
         raise CheckError(str(e)) from None
     results = {"device": device, "environment": environment(device), "settings": dataclasses.asdict(s),
-               "overrides": list(args.overrides), "methods": {}, "scoring": None, "ratios": {}}
+               "overrides": list(args.overrides), "methods": {}, "scoring": None, "ratios": {},
+               "rollout_backends": None}
     kept = None
     for i, method in enumerate(methods):
         result, keep = guarded(measure_method, base, method, device, i == 0)
@@ -433,6 +496,9 @@ def check(args: argparse.Namespace) -> dict:
         results["scoring"], _ = guarded(measure_scoring, s.score_backbone, kept, s.dtype, device, base.seed)
         save(results, args.out)
         print(f"scoring {s.score_backbone}: {_summary(results['scoring'])}", flush=True)
+    results["rollout_backends"], _ = guarded(measure_rollout_backends, base, device)
+    save(results, args.out)
+    print(f"rollout backends: {results['rollout_backends'].get('status')}", flush=True)
     try:  # a store that cannot be written must not lose the measurements
         results["tracking"] = track(results, base, args.out / "mlruns.db")
     except Exception as exc:

@@ -100,13 +100,16 @@ def validate_command(args: argparse.Namespace) -> int:
                                "base and grid")
         study_module = _import("sweeps.study", "validating a study file")
         study = _loading(study_module.load_study, args.file)
+        configs = _loading(study_module.study_configs, study)
         if not args.skip_extras:
-            check_study_extras(_loading(study_module.study_configs, study))
+            check_study_extras(configs)
         print(f"ok: study {args.file} (name={getattr(study, 'name', '?')})")
+        _warn_memory(configs)
         return 0
     cfg = _load_run(args.file, args.overrides, extras=not args.skip_extras)
     print(f"ok: run config {args.file} (method={cfg.algo.method}, env={cfg.env.name}, "
           f"backbone={cfg.model.backbone})")
+    _warn_memory([cfg])
     return 0
 
 
@@ -114,10 +117,9 @@ def validate_command(args: argparse.Namespace) -> int:
 
 
 def _memory_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="a run config or a study YAML file")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config field by dotted key (for a study, under base.: "
-                             "--set base.algo.micro_batch_size=4); repeatable")
+    parser.add_argument("file", help="a run config or a study YAML file (a study's --set keys are under "
+                                     "base., e.g. --set base.algo.micro_batch_size=4)")
+    _add_overrides(parser)
     parser.add_argument("--gpu-memory", type=float, default=80.0, metavar="GiB",
                         help="memory of one GPU in GiB (default 80)")
 
@@ -135,20 +137,40 @@ def _study_with_overrides(path: str, overrides: list[str]) -> Any:
     return study_module, study
 
 
+def _memory_plans(configs: Iterable[RunConfig], gpu_memory: float) -> dict:
+    """(method, backbone) -> the largest :func:`trainer.memory.plan_memory` among ``configs``."""
+    memory = _import("trainer.memory", "planning memory")
+    plans = {}
+    for cfg in configs:
+        key = (cfg.algo.method, cfg.model.backbone)
+        plan = _loading(memory.plan_memory, cfg, gpu_memory)
+        if key not in plans or plan.peak > plans[key].peak:
+            plans[key] = plan
+    return plans
+
+
+def _warn_memory(configs: list[RunConfig]) -> None:
+    """``validate``'s warning: a GPU config (model.device cuda) whose peak does not fit one
+    80 GiB GPU, with the figure ``hindsight memory`` prints."""
+    gpu = [resolve(c) for c in configs if c.model.device == "cuda"]
+    if not gpu:
+        return
+    describe = _import("trainer.memory", "planning memory").describe
+    for (method, backbone), plan in _memory_plans(gpu, 80.0).items():
+        if not plan.fits:
+            print(f"warning: {method} ({backbone}): {describe(plan)}; `hindsight memory` gives the parts",
+                  file=sys.stderr)
+
+
 def memory_command(args: argparse.Namespace) -> int:
     """Per GPU: weights, gradients, optimizer, reference, engine, activations; exit 1 if it does not fit."""
-    memory = _import("trainer.memory", "planning memory")
+    memory = _import("trainer.memory", "planning memory")  # torch and transformers: deferred
     if any(key in read_yaml(args.file) for key in STUDY_KEYS):
         study_module, study = _study_with_overrides(args.file, args.overrides)
         configs = [_loading(resolve, cfg) for cfg in _loading(study_module.study_configs, study)]
     else:
         configs = [_load_run(args.file, args.overrides, extras=False)]
-    plans = {}
-    for cfg in configs:
-        key = (cfg.algo.method, cfg.model.backbone)
-        plan = _loading(memory.plan_memory, cfg, args.gpu_memory)
-        if key not in plans or plan.peak > plans[key].peak:
-            plans[key] = plan
+    plans = _memory_plans(configs, args.gpu_memory)
     worst_key = max(plans, key=lambda k: plans[k].peak)
     if len(plans) > 1:
         for (method, backbone), plan in plans.items():

@@ -96,3 +96,15 @@ def test_the_estimate_is_within_25_percent_of_a_measured_cpu_peak(extra):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_memory.py"), *extra],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_validate_warns_with_the_same_figure(capsys, tmp_path):
+    """A GPU study that does not fit one 80 GB GPU validates with a warning line naming the
+    peak; one that fits validates quietly."""
+    assert main(["validate", str(SEED_TABLE5), "--skip-extras"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    big = tmp_path / "big.yaml"
+    big.write_text(SEED_TABLE5.read_text().replace("micro_batch_size: 4", "micro_batch_size: 64"))
+    assert main(["validate", str(big), "--skip-extras"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: seed (Qwen/Qwen2.5-3B-Instruct)" in err and "does not fit" in err
