@@ -7,7 +7,6 @@ PY := $(VENV)/bin/python
 TORCH_CPU ?= torch==2.13.0
 export MLFLOW_DISABLE_TELEMETRY := true
 export RAY_USAGE_STATS_ENABLED := 0
-export RAY_AUTH_MODE := disabled
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
