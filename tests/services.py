@@ -6,7 +6,8 @@ temporary folder and stopped afterwards (only the processes started here, by id)
 * :func:`mlflow_server`: ``mlflow server`` on a database with a local artifact folder
   (the command ``hindsight ui --backend-store-uri`` runs);
 * :func:`ray_cluster`: a Ray head (``ray start --head``) plus a second node (``ray start
-  --address``), each with its own resources: two raylets on this machine.
+  --address``), each with its own resources, with token authentication: two raylets on
+  this machine.
 
 Each raises :class:`Unavailable` (the tests skip with its message) when the service cannot
 start here: a missing program or Python package, or a start that fails.
@@ -19,6 +20,7 @@ import glob
 import json
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -35,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 START_TIMEOUT_S = float(os.environ.get("HINDSIGHT_SERVICE_TIMEOUT_S", "600"))
 # Offline and quiet, for every process started here.
-QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0",
              "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1",
              "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
              # A slow machine: Ray's raylet waits this long for its agents.
@@ -210,6 +212,7 @@ class RayCluster:
     address: str
     node_ids: dict[str, str]  # "head" / "worker" -> Ray node id
     procs: dict[str, subprocess.Popen]  # "head" / "worker" -> its `ray start --block`
+    token_path: Path  # the cluster's token (RAY_AUTH_TOKEN_PATH while the cluster runs)
 
     def kill_worker_node(self) -> None:
         """SIGKILL every process of the second node (its raylet and the trials on it)."""
@@ -232,11 +235,21 @@ def ray_cluster(folder: Path, cpus: int = 2, gpus: int = 1,
                 worker_resources: dict | None = None) -> Iterator[RayCluster]:
     """A Ray head and a second node on this machine (two raylets), each with ``cpus``
     CPUs, ``gpus`` declared GPUs (none need exist: Ray schedules by the declared count) and
-    its own custom resources; dashboard off, usage stats off, ports chosen free."""
+    its own custom resources; dashboard off, usage stats off, ports chosen free.
+
+    Token authentication as docs/cluster.md starts a cluster, with a fresh token kept in
+    the temporary folder rather than ``~/.ray/auth_token``: while the cluster runs this
+    process's ``RAY_AUTH_TOKEN_PATH`` names it (and ``RAY_AUTH_TOKEN`` is unset), so that
+    its drivers and those started with :func:`service_env` find the token as a user's find
+    ``~/.ray/auth_token``."""
     ray = _ray_cli()
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     temp = Path(tempfile.mkdtemp(prefix="hsray-"))  # short: Ray's socket paths have a limit
+    token = temp / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
     common = ["--disable-usage-stats", "--block", f"--num-cpus={cpus}", f"--num-gpus={gpus}"]
     head_log, worker_log = folder / "ray-head.log", folder / "ray-worker.log"
     procs: list[subprocess.Popen] = []
@@ -246,28 +259,36 @@ def ray_cluster(folder: Path, cpus: int = 2, gpus: int = 1,
             proc = subprocess.Popen(
                 [ray, "start", *argv, *common, f"--resources={json.dumps(resources or {})}",
                  f"--dashboard-agent-listen-port={free_port()}"],
-                env=service_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                env=service_env(**auth), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
         procs.append(proc)
         return proc
 
     started = lambda log: lambda: "Ray runtime started" in log.read_text(errors="replace")
+    saved = {name: os.environ.pop(name, None) for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
     try:
         start(["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}"],
               head_log, head_resources)
         _wait("ray start --head", started(head_log), procs, [head_log])
         start([f"--address=127.0.0.1:{port}"], worker_log, worker_resources)
         _wait("ray start --address", started(worker_log), procs, [worker_log])
-        yield RayCluster(f"127.0.0.1:{port}", _node_ids(f"127.0.0.1:{port}"),
-                         {"head": procs[0], "worker": procs[1]})
+        yield RayCluster(f"127.0.0.1:{port}", _node_ids(f"127.0.0.1:{port}", auth),
+                         {"head": procs[0], "worker": procs[1]}, token)
     finally:
         for proc in reversed(procs):  # the second node first, then the head
             stop_session(proc)
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _node_ids(address: str) -> dict[str, str]:
-    """head/worker -> node id, read by a short driver process (so that this process stays
-    free to connect to the cluster itself, or not)."""
+def _node_ids(address: str, auth: dict[str, str]) -> dict[str, str]:
+    """head/worker -> node id, read by a short driver process with the cluster's ``auth``
+    environment (so that this process stays free to connect to the cluster itself, or
+    not)."""
     code = (f"import json, ray; ray.init(address={address!r}, logging_level='ERROR', log_to_driver=False); "
             "nodes = [n for n in ray.nodes() if n['Alive']]; "
             "print(json.dumps({('head' if 'node:__internal_head__' in n['Resources'] else "
@@ -275,7 +296,7 @@ def _node_ids(address: str) -> dict[str, str]:
     deadline = time.time() + START_TIMEOUT_S
     while time.time() < deadline:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env=service_env(), check=False, timeout=START_TIMEOUT_S)
+                             env=service_env(**auth), check=False, timeout=START_TIMEOUT_S)
         lines = out.stdout.strip().splitlines()
         ids = json.loads(lines[-1]) if out.returncode == 0 and lines else {}
         if len(ids) == 2:

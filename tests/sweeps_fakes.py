@@ -1,8 +1,8 @@
 """Fake train functions for the sweep tests (same signature as ``trainer.run.train``).
 
 Importable by Ray workers (module-level functions) and runnable as a driver script (the
-SIGKILL, cluster and two-driver tests): ``python tests/sweeps_fakes.py STUDY.yaml
-[slow|counted|node]``.
+SIGKILL, cluster, two-driver and Ray-token tests): ``python tests/sweeps_fakes.py STUDY.yaml
+[slow|counted|node|attach]``.
 
 Behaviour is chosen by config fields the fakes never otherwise read:
 ``writer.model == "fail"`` always raises; ``"fail_once"`` raises on the first attempt only
@@ -129,14 +129,36 @@ def counted_train(cfg, *, run_id=None, resume=False, progress=True):
     return fake_train(cfg, run_id=run_id, resume=resume, progress=progress, steps=3, sleep=0.3)
 
 
+def attach_train(cfg, *, run_id=None, resume=False, progress=True):
+    """fake_train that first leaves what a process of the sweep's Ray knows (its token,
+    the GCS address, Ray's session folder) in ``$HS_ATTACH_DIR/<study out>.json`` for the
+    token-authentication test, then waits (10 min at most) for ``<study out>.go`` there."""
+    import os
+
+    import ray
+
+    folder = Path(os.environ["HS_ATTACH_DIR"])
+    name = Path(cfg.output.dir).parents[1].name
+    node = ray._private.worker.global_worker.node  # Ray has no public call for the folder
+    info = {"token": os.environ.get("RAY_AUTH_TOKEN", ""),
+            "mode": os.environ.get("RAY_AUTH_MODE", ""),
+            "gcs": ray.get_runtime_context().gcs_address, "session": node.get_session_dir_path()}
+    (folder / f"{name}.json.tmp").write_text(json.dumps(info))
+    (folder / f"{name}.json.tmp").rename(folder / f"{name}.json")
+    deadline = time.time() + 600
+    while not (folder / f"{name}.go").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    return fake_train(cfg, run_id=run_id, resume=resume, progress=progress)
+
+
 def main(argv: list[str]) -> int:
     import sweeps_fakes as fakes  # by module name, so Ray pickles the functions by reference
 
     from sweeps.runner import run_study
     from sweeps.study import load_study
 
-    train = {"slow": fakes.slow_train, "counted": fakes.counted_train,
-             "node": fakes.node_train}.get(argv[1] if len(argv) > 1 else "", fakes.fake_train)
+    train = {"slow": fakes.slow_train, "counted": fakes.counted_train, "node": fakes.node_train,
+             "attach": fakes.attach_train}.get(argv[1] if len(argv) > 1 else "", fakes.fake_train)
     status = run_study(load_study(argv[0]), train_fn=train)
     return 0 if status is not None and status.complete else 1
 
