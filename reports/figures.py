@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.curves import RATE_LIMITS, bands, rate_limits
 from analysis.diagnostics import PHASES, POLARITIES, REGIONS, Skipped
 from analysis.stats import bootstrap_ci
 from reports.layouts import METHOD_LABELS, PARAM_SYMBOLS
@@ -185,14 +186,13 @@ def training_curves(histories: pd.DataFrame | None, stem: str | Path, *,
                     keys: Sequence[str] = CURVE_KEYS, n_boot: int = 1000,
                     seed: int = 0) -> list[Path] | Skipped:
     """One panel per (backbone, env, key) with data, one line per row of the tables (a
-    cell: method and its swept params) with its band: mean over seeds, 95% t interval.
+    cell: method and its swept params) with its band: mean over seeds, 95% t interval
+    (a success rate's clipped to [0, 1], :func:`analysis.curves.rate_limits`).
 
     ``histories``: long frame ``run_id, method, key, step, value``, optionally ``env`` /
     ``env_label``, ``backbone``, ``variant`` and ``seed`` (a report joins them from the
     prepared runs; without ``seed`` each run counts as one seed).
     """
-    from analysis.curves import bands
-
     name = "training_curves"
     skip = _missing(histories, HISTORY_COLUMNS, name)
     if skip:
@@ -209,7 +209,7 @@ def training_curves(histories: pd.DataFrame | None, stem: str | Path, *,
     for ax, (backbone, env, key) in zip(axes, panels):
         part = data[(data["backbone"] == backbone) & (data["env_label"] == env)
                     & (data["key"] == key)]
-        band = bands(part, ["label"])
+        band = bands(part, ["label"], limits=rate_limits(key))
         for label in labels:
             if (band["label"] == label).any():
                 _draw_bands(ax, band[band["label"] == label], "step", style[label], label)
@@ -219,7 +219,9 @@ def training_curves(histories: pd.DataFrame | None, stem: str | Path, *,
         ax.set_xlabel(AXIS_LABELS["step"])
         ax.set_ylabel(CURVE_LABELS.get(key, key))
     _legend_outside(fig, axes)
-    fig.suptitle("Training curves: mean over seeds, 95% t interval", fontsize=10)
+    clipped = " (success rates: clipped to [0, 1])" if any(rate_limits(k) for _, _, k in panels) \
+        else ""
+    fig.suptitle(f"Training curves: mean over seeds, 95% t interval{clipped}", fontsize=10)
     return _save(fig, stem)
 
 
@@ -235,7 +237,8 @@ def evaluation_curves(curves: pd.DataFrame | Skipped | None, stem: str | Path, *
     (the axes with data), one row of panels per (backbone, env), one line per table row.
 
     ``curves``: :func:`analysis.curves.metric_curves` output with ``by`` = backbone,
-    env_label, method, label (columns step, n, mean, low, high, env_steps, tokens).
+    env_label, method, label (columns step, n, mean, low, high, env_steps, tokens), its
+    intervals clipped to [0, 1] (``limits=RATE_LIMITS``, as the report computes them).
     """
     name = "evaluation_curves"
     skip = _missing(curves, ["backbone", "env_label", "method", "label", "step", "mean", "low",
@@ -245,7 +248,9 @@ def evaluation_curves(curves: pd.DataFrame | Skipped | None, stem: str | Path, *
     axes_used = [a for a in axes_order if a in curves.columns and curves[a].notna().any()]
     strata = sorted(set(zip(curves["backbone"], curves["env_label"])))
     data = curves.assign(rank=[(method_rank(m), lab) for m, lab in
-                               zip(curves["method"], curves["label"])])
+                               zip(curves["method"], curves["label"])],
+                         # the caption's promise, whoever computed the curves
+                         low=curves["low"].clip(*RATE_LIMITS), high=curves["high"].clip(*RATE_LIMITS))
     labels = _ordered_labels(data)
     style = styles(labels)
     fig, axes = _panels(len(strata) * len(axes_used), ncols=len(axes_used))
@@ -264,7 +269,8 @@ def evaluation_curves(curves: pd.DataFrame | Skipped | None, stem: str | Path, *
             if axis != "step":
                 ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
     _legend_outside(fig, axes)
-    fig.suptitle("Evaluation on the fixed panels: mean over seeds, 95% t interval", fontsize=10)
+    fig.suptitle("Evaluation on the fixed panels: mean over seeds, 95% t interval clipped to "
+                 "[0, 1]", fontsize=10)
     return _save(fig, stem)
 
 

@@ -137,15 +137,16 @@ def eval_success_keys(runs: pd.DataFrame) -> pd.Series:
 
 def evaluation_curves(runs: pd.DataFrame, histories: pd.DataFrame,
                       ci: str = "t") -> pd.DataFrame | Skipped:
-    """Evaluation success curves per table row (analysis.curves.metric_curves)."""
-    from analysis.curves import metric_curves
+    """Evaluation success curves per table row (analysis.curves.metric_curves), intervals
+    clipped to a success rate's [0, 1]."""
+    from analysis.curves import RATE_LIMITS, metric_curves
 
     keys_of = eval_success_keys(runs)
     if keys_of.empty:
         return Skipped("evaluation_curves", "runs log no evaluation success metric")
     by = ["backbone", "env_label", "method", "variant"]
     curves = metric_curves(histories[["run_id", "key", "step", "value"]], runs, keys_of,
-                           by=by, ci=ci)
+                           by=by, ci=ci, limits=RATE_LIMITS)
     if curves.empty:
         return Skipped("evaluation_curves", "no evaluation history was logged (eval.every = 0 "
                                             "and a single final evaluation has no curve)")

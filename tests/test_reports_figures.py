@@ -96,6 +96,28 @@ def test_evaluation_curves_from_report_inputs(tmp_path):
     _assert_written(figures.evaluation_curves(curves, stem), stem)
 
 
+def test_evaluation_bands_of_two_seeds_stay_within_zero_one(tmp_path, monkeypatch):
+    """n = 2 seeds far apart: the report's evaluation curves (and the figure's bands) stay in
+    [0, 1], and the figure's title says the interval is clipped."""
+    from reports.index import ReportInputs
+
+    runs = fake_runs({"grpo": 0.5}, envs=("household",), seeds=(0, 1))
+    rows = [(rid, "eval/eval_unseen/success", step, value)
+            for rid, (a, b) in zip(runs["run_id"], ((0.02, 0.1), (0.98, 0.9)))
+            for step, value in ((0, a), (5, b))]
+    hist = pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
+    curves = ReportInputs.from_frames(runs, histories=hist, n_boot=20).diagnostics[
+        "evaluation_curves"]
+    assert curves["low"].min() == 0.0 and curves["high"].max() == 1.0
+    assert curves["mean"].tolist() == pytest.approx([0.5, 0.5])
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, stem: drawn.append(fig) or [])
+    figures.evaluation_curves(curves.assign(low=-3.0, high=4.0), tmp_path / "e")
+    band = drawn[0].axes[0].collections[0].get_paths()[0].vertices[:, 1]  # the fill_between
+    assert (band.min(), band.max()) == (0.0, 1.0)
+    assert "clipped to [0, 1]" in drawn[0]._suptitle.get_text()
+
+
 def test_styles_tell_twenty_methods_apart():
     labels = [f"m{i}" for i in range(20)]
     style = figures.styles(labels)
