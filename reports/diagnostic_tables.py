@@ -72,10 +72,10 @@ GAIN = DiagnosticSpec(
     (Column("first", "Eval success", "before RL"),
      Column("last", "Eval success", "last"),
      Column("gain", "Gain", "last - before"),
-     Column("rose", "Seeds", "rose")),
+     Column("rose", "Seeds", "rose", count=True)),
     "Per seed: the evaluation at step 0 (the warm start, before any RL step) and the run's last "
     "evaluation on the same panel; gain is their paired difference (points), its interval over "
-    "seeds; rose: the share of seeds whose last evaluation is above their first.")
+    "seeds; rose: how many of the seeds ended above their first evaluation.")
 
 
 def gain_cells(runs: pd.DataFrame, histories: pd.DataFrame, keys_of: pd.Series,

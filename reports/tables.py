@@ -51,7 +51,9 @@ _TEX_SYMBOLS = {BETTER: r"$^{\dagger}$", WORSE: r"$^{\ddagger}$", REPORTED: r"$^
 @dataclass(frozen=True)
 class Column:
     """One value column. ``key`` names the metric (``"shop.success"``) and is also the header
-    of that column in a reported-results CSV; ``group`` / ``label`` are the two header rows."""
+    of that column in a reported-results CSV; ``group`` / ``label`` are the two header rows.
+    ``count``: the metric is 1 or 0 per seed and a cell reads how many of its n seeds had
+    1 (``"2 of 3"``), never a percentage with a std."""
 
     key: str
     group: str
@@ -59,6 +61,7 @@ class Column:
     scale: float = 100.0
     higher_is_better: bool = True
     decimals: int = 1
+    count: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,11 +175,13 @@ def bold_cells(table: Table) -> set[tuple[int, int, str]]:
 
 def cell_text(cell: Cell | None, column: Column, cell_format: str = "std") -> str:
     """``"79.1 ± 1.2"`` (``std``) or ``"79.1 [76.2, 82.0]"`` (``ci``) in display units;
-    just the mean without a std / CI; MISSING for None."""
+    just the mean without a std / CI; ``"2 of 3"`` in a count column; MISSING for None."""
     if cell_format not in CELL_FORMATS:
         raise ValueError(f"cell_format={cell_format!r}; valid: {list(CELL_FORMATS)}")
     if cell is None or not math.isfinite(cell.mean):
         return MISSING
+    if column.count:
+        return f"{round(cell.mean * cell.n)} of {cell.n}"
     fmt = f"{{:.{column.decimals}f}}"
     text = fmt.format(cell.mean * column.scale)
     if cell_format == "ci" and math.isfinite(cell.ci_low) and math.isfinite(cell.ci_high):

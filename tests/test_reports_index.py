@@ -111,7 +111,12 @@ def test_index_states_the_gain_over_the_warm_start_per_row(tmp_path):
     assert (f"- GRPO (Household): +4.0 points [{low:+.1f}, {high:+.1f}] from 30.0% to 34.0%; "
             "rose on 2 of 3 seeds") in text
     assert "- SEED (Household): +0.0 points [+0.0, +0.0] from 30.0% to 30.0%; rose on 0 of 3 seeds" in text
-    assert (tmp_path / "report" / "tables" / "warm_start_gain.md").is_file()
+    gain_table = (tmp_path / "report" / "tables" / "warm_start_gain.md").read_text()
+    # the seeds that rose are a count of seeds, not a percentage with a std
+    assert re.search(r"\| GRPO \| 30\.0 ± 0\.0 \| 34\.0 ± [\d.]+ \| 4\.0 ± [\d.]+ \| 2 of 3 \|",
+                     gain_table), gain_table
+    assert "| 0 of 3 |" in gain_table and "66.7" not in gain_table
+    assert "2 of 3" in (tmp_path / "report" / "tables" / "warm_start_gain.tex").read_text()
     # without an evaluation at step 0 there is no gain to state, and the index says why
     late = hist.assign(step=hist["step"] + 5)
     text = build_report(ReportInputs.from_frames(runs, histories=late, n_boot=50),
