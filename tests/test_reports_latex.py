@@ -36,7 +36,8 @@ def _every_table():
     reported = pd.DataFrame([{"method": "icsd", "backbone": "Qwen/Qwen2.5-7B-Instruct",
                               "shop.success": 75.8, "source": "ETRO Table 1 & co_2"}])
     # a layout of its own envs (SEED's multimodal table) reads runs of those envs
-    multimodal = fake_runs(methods, envs=("sokoban", "ezpoints"), backbones=("Qwen/Qwen2.5-VL-3B-Instruct",))
+    multimodal = fake_runs(methods, envs=("sokoban", "ezpoints"), backbones=("Qwen/Qwen2.5-VL-3B-Instruct",),
+                           params={m: {"env.images": True} for m in methods})
     tables = []
     for layout in LAYOUTS.values():
         table = layout.table(summarize_layout(multimodal if layout.envs else runs, layout, n_boot=50))
