@@ -10,6 +10,7 @@ import pandas as pd
 from reports_fakes import fake_runs
 
 from analysis import diagnostics
+from analysis.diagnostics import Skipped
 from reports.index import ReportInputs, build_report
 from reports.layouts import LAYOUTS, summarize_layout
 
@@ -20,7 +21,9 @@ def _inputs(tmp_path, runs):
                    "source": "ETRO Table 1"}]).to_csv(csv, index=False)
     summaries = {name: summarize_layout(runs, layout, n_boot=100)
                  for name, layout in LAYOUTS.items()}
-    gates = diagnostics.gate_table(np.linspace(-1, 1, 11), (1.0, 5.0))
+    gates = diagnostics.GateFrames(Skipped("gate_by_region", "no records"),
+                                   Skipped("gate_sensitivity", "no sweep"),
+                                   diagnostics.gate_table(np.linspace(-1, 1, 11), (1.0, 5.0)))
     return ReportInputs(runs, summaries, diagnostics={"gate_curves": gates}, external_csv=csv)
 
 
@@ -62,7 +65,8 @@ def test_from_frames_joins_methods_and_computes_diagnostics():
                            "regional_alignment", "compute_cost"}
     assert "no per-turn records" in frames["regional_alignment"].reason
     assert "no method varies" in inputs.sensitivity.reason
-    assert sorted(frames["gate_curves"]["beta"].unique()) == [5.0]
+    assert sorted(frames["gate_curves"].formula["beta"].unique()) == [5.0]
+    assert "no per-turn records" in frames["gate_curves"].by_region.reason
     assert set(inputs.summaries) == set(LAYOUTS)
 
 
