@@ -21,7 +21,7 @@ import pandas as pd
 from analysis import diagnostics
 from analysis.diagnostics import PHASES, Skipped
 from analysis.stats import CI_METHODS, per_cell
-from reports.layouts import variant_label
+from reports.layouts import table_metrics, variant_label
 from reports.tables import Cell, Column, Row, Section, Table
 
 CELL_KEYS = ("backbone", "env_label", "method", "variant")
@@ -191,7 +191,11 @@ def _empty_cells(runs: pd.DataFrame, column: str) -> pd.DataFrame:
 def _staleness(runs, train, ci) -> pd.DataFrame | Skipped:
     if train is None:
         return Skipped(STALENESS.name, "no per-turn training records were given")
-    result = diagnostics.staleness(runs, train)
+    # the prepared runs' table-metric columns ("household.success") look like config params
+    # (dotted) to the pairing but differ between any two runs: pair on the config alone
+    metrics = {m.key for m in table_metrics(runs)}
+    result = diagnostics.staleness(runs.drop(columns=[c for c in runs.columns if c in metrics]),
+                                   train)
     if isinstance(result, Skipped):
         return result
     keys = [c for c in CELL_KEYS if c in runs.columns]

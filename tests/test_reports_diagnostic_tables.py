@@ -67,6 +67,16 @@ def test_cell_frames_rows_are_cells_with_seed_statistics():
     assert align.loc[("seed (refresh_every=1)", "cov"), "mean"] == pytest.approx(0.1)
 
 
+def test_staleness_pairs_runs_whose_results_differ():
+    """The prepared runs carry table-metric columns ("household.success") that differ
+    between any two runs; the stale and refreshed runs still pair on their config."""
+    runs = _runs()
+    runs["eval/eval_unseen/success"] += np.where(runs["writer.refresh_every"] == 0, 0.1, 0.0)
+    cells = dt.cell_frames(prepare_runs(runs), _records(prepare_runs(runs)))
+    assert not isinstance(cells["staleness"], dt.Skipped), cells["staleness"]
+    assert set(cells["staleness"]["variant"]) == {"seed (refresh_every=0)"}
+
+
 def test_report_writes_the_diagnostic_tables(tmp_path):
     runs = _runs()
     inputs = ReportInputs.from_frames(runs, records=_records(prepare_runs(runs)), n_boot=20)
