@@ -61,7 +61,8 @@ def fake_cost(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def study_store(study, uri: str, *, score=None, drop=(), fail=(), steps=(0, 1, 2)) -> dict:
+def study_store(study, uri: str, *, score=None, drop=(), fail=(), steps=(0, 1, 2),
+                trials=None) -> dict:
     """Log into the MLflow store ``uri`` one trial run per (cell, seed) of the grid
     ``study``, with exactly the tags, params and metric names the trainer logs: params
     ``flatten(resolve(cfg))``, per step ``train/success``, ``train/episode_length``,
@@ -71,7 +72,9 @@ def study_store(study, uri: str, *, score=None, drop=(), fail=(), steps=(0, 1, 2
     ``score(cfg) -> float`` gives a run's true eval success before seed noise (default 0.5);
     the seed adds NOISE[seed] x (1 + len(method) / 10) (paired differences vary over seeds;
     the mean over 3 seeds stays the true value). Trials whose index is in ``drop`` are not logged (missing),
-    those in ``fail`` end FAILED. Returns {"trials": [...], "true": {run_id: success}}.
+    those in ``fail`` end FAILED. ``trials`` (default: the grid's ``expand(study)``) are
+    :class:`sweeps.study.Trial` s, e.g. a search's points. Returns {"trials": [...], "true":
+    {run_id: success}}.
     """
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
@@ -82,7 +85,7 @@ def study_store(study, uri: str, *, score=None, drop=(), fail=(), steps=(0, 1, 2
 
     client = MlflowClient(uri)
     exp = experiment_id(client, study.experiment)
-    trials = expand(study)
+    trials = expand(study) if trials is None else trials
     true = {}
     for i, trial in enumerate(trials):
         if i in drop:
