@@ -100,7 +100,7 @@ def test_report_of_a_search_whose_trials_tie_says_so_and_writes_the_rest(tmp_pat
     study_store(study, study.store_uri, trials=trials, score=lambda cfg: 0.0, steps=(0,))
     client = MlflowClient(study.store_uri)  # every seed at exactly 0% (no seed noise), as on CPU
     for run in client.search_runs([client.get_experiment_by_name(study.experiment).experiment_id]):
-        client.log_metric(run.info.run_id, "eval/eval_unseen/success", 0.0, step=1)
+        client.log_metric(run.info.run_id, study.search.metric, 0.0, step=1)
     assert main(["report", str(EXAMPLES / "sensitivity.yaml"), "--out", str(out)]) == 0
     index = (out / "report" / "index.md").read_text()
     lines = [x for x in index.splitlines() if x.startswith("- importance[seed]")]
