@@ -14,7 +14,9 @@ Budget axes (per run, cumulative over training steps 1..t, from what the trainer
 
 A curve point at step t is the mean over seeds of the metric at t with the Student t
 interval over seeds (:func:`analysis.stats.t_ci`); its budget coordinate is the mean over
-seeds of their cumulative budget at t.
+seeds of their cumulative budget at t.  A success rate's interval is clipped to [0, 1]
+(``limits``): a t interval over 2 seeds is +-12.7 standard errors and would leave the range
+the rate lives in.
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ BUDGET_KEYS = ("train/episode_length", "perf/tokens_per_s", "time/rollout_s")
 BUDGET_PARAMS = ("rollout.group_size", "rollout.tasks_per_step")
 AXES = ("step", "env_steps", "tokens")
 BAND_COLUMNS = ("n", "mean", "low", "high")
+RATE_LIMITS = (0.0, 1.0)  # the range of a success rate
+
+
+def rate_limits(key: str) -> tuple[float, float] | None:
+    """RATE_LIMITS for a success-rate metric key (``train/success``, ``eval/<split>/success``),
+    None for a metric with no fixed range."""
+    return RATE_LIMITS if key.endswith("/success") else None
 
 
 def budgets(histories: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -56,10 +65,12 @@ def budgets(histories: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def bands(frame: pd.DataFrame, by: Sequence[str], *, value: str = "value",
-          seed: str = "seed", ci: str = "t", extra: Sequence[str] = ()) -> pd.DataFrame:
+          seed: str = "seed", ci: str = "t", extra: Sequence[str] = (),
+          limits: tuple[float, float] | None = None) -> pd.DataFrame:
     """Per (by..., step): n seeds, mean over seeds and the CI (``ci``: analysis.stats
-    CI_METHODS); runs of one seed are averaged first. ``extra`` columns (budget axes) are
-    averaged over seeds."""
+    CI_METHODS), clipped to ``limits`` (the metric's range, e.g. RATE_LIMITS) when given;
+    runs of one seed are averaged first. ``extra`` columns (budget axes) are averaged over
+    seeds."""
     keys = [*by, "step"]
     per_seed = frame.groupby([*keys, seed], dropna=False, sort=True)[[value, *extra]].mean()
     rows = []
@@ -67,15 +78,19 @@ def bands(frame: pd.DataFrame, by: Sequence[str], *, value: str = "value",
         values = part[value].to_numpy(float)
         finite = values[np.isfinite(values)]
         low, high = mean_ci(finite, ci)
+        if limits is not None:
+            low, high = (float(np.clip(x, *limits)) for x in (low, high))
         rows.append((*group, int(finite.size), float(finite.mean()) if finite.size else np.nan,
                      low, high, *(float(part[e].mean()) for e in extra)))
     return pd.DataFrame(rows, columns=[*keys, *BAND_COLUMNS, *extra])
 
 
 def metric_curves(histories: pd.DataFrame, runs: pd.DataFrame, keys_of: pd.Series, *,
-                  by: Sequence[str], ci: str = "t") -> pd.DataFrame:
+                  by: Sequence[str], ci: str = "t",
+                  limits: tuple[float, float] | None = None) -> pd.DataFrame:
     """Curves of one metric per run: ``keys_of`` maps run_id -> tuple of history keys whose
-    per-step mean is the run's value (e.g. the eval split's success, or the QA datasets).
+    per-step mean is the run's value (e.g. the eval split's success, or the QA datasets);
+    intervals clipped to ``limits`` (see :func:`bands`).
     Returns ``by..., step, n, mean, low, high, env_steps, tokens``."""
     per_step = _per_step(histories, keys_of)
     if per_step.empty:
@@ -85,7 +100,7 @@ def metric_curves(histories: pd.DataFrame, runs: pd.DataFrame, keys_of: pd.Serie
     per_step.loc[start, ["env_steps", "tokens"]] = per_step.loc[start, ["env_steps", "tokens"]
                                                                 ].fillna(0.0)
     per_step = per_step.merge(runs[["run_id", "seed", *by]], on="run_id")
-    return bands(per_step, by, ci=ci, extra=("env_steps", "tokens"))
+    return bands(per_step, by, ci=ci, extra=("env_steps", "tokens"), limits=limits)
 
 
 def eval_gain(histories: pd.DataFrame, keys_of: pd.Series) -> pd.DataFrame:

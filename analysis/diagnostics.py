@@ -101,6 +101,66 @@ def gate_sensitivity(runs: pd.DataFrame, metric: str, *, param: str = "algo.beta
     return pd.DataFrame(rows, columns=[*by, param, "n", "mean", "std", "ci_low", "ci_high"])
 
 
+# Regions of a turn (trainer.records.region): around the writer's boundary of a failed
+# trajectory, a failed one without a boundary, and a successful one.
+GATE_REGIONS = ("prefix", "error", "suffix", "no_boundary", "success")
+ALL_REGIONS = "all"
+GATE_QUANTITIES = ("gate_mean", "delta_pos")
+QUANTILES = (("q05", 0.05), ("q25", 0.25), ("median", 0.5), ("q75", 0.75), ("q95", 0.95))
+
+
+def gate_by_region(records: pd.DataFrame, *,
+                   by: Sequence[str] = (_RUN_KEY,)) -> pd.DataFrame | Skipped:
+    """The measured gate by region: the distribution over scored turns of the records'
+    ``gate_mean`` (per turn, the mean over its action tokens of g = sigmoid(beta_opd *
+    Delta+), SEED Eq. 1) and of ``delta_pos`` (Delta+ itself), per ``by`` group and region
+    of GATE_REGIONS, plus the group's turns of every region (``region`` = ALL_REGIONS).
+
+    One row per (by..., quantity, region): quantity in GATE_QUANTITIES, n_turns, n_runs,
+    mean, std and the 5 / 25 / 50 / 75 / 95% quantiles. Turns whose gate was not measured
+    (NaN: evaluation, a method without OPD, an invalid hindsight) are left out; Skipped when
+    no turn has one.
+    """
+    name = "gate_by_region"
+    skip = _need(records, [*by, *GATE_QUANTITIES, "region"], name)
+    if skip:
+        return skip
+    scored = records[np.isfinite(records["gate_mean"].to_numpy(float))]
+    if scored.empty:
+        return Skipped(name, "no turn has a measured gate (no run scored Delta+: GRPO-only, "
+                             "or records without OPD)")
+    both = pd.concat([scored, scored.assign(region=ALL_REGIONS)], ignore_index=True)
+    order = {r: i for i, r in enumerate((*GATE_REGIONS, ALL_REGIONS))}
+    rows = []
+    for keys, group in both.groupby([*by, "region"], sort=True):
+        n_runs = group[_RUN_KEY].nunique() if _RUN_KEY in group.columns else 1
+        for quantity in GATE_QUANTITIES:
+            x = group[quantity].to_numpy(float)
+            x = x[np.isfinite(x)]
+            if not x.size:
+                continue
+            mean, std = mean_std(x)
+            rows.append((*_as_tuple(keys), quantity, x.size, n_runs, mean, std,
+                         *np.quantile(x, [q for _, q in QUANTILES])))
+    out = pd.DataFrame(rows, columns=[*by, "region", "quantity", "n_turns", "n_runs", "mean",
+                                      "std", *(k for k, _ in QUANTILES)])
+    rank = out["region"].map(lambda r: order.get(r, len(order)))
+    return out.assign(_rank=rank).sort_values([*by, "quantity", "_rank"], kind="stable") \
+        .drop(columns="_rank").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class GateFrames:
+    """What the gate figure draws: the measured gate by region (:func:`gate_by_region` by
+    table row), the final success against beta_opd when a study varies it
+    (:func:`gate_sensitivity`) and the formula g = sigmoid(beta Delta) at the study's betas
+    (:func:`gate_table`), each a frame or the Skipped that says why it is missing."""
+
+    by_region: pd.DataFrame | Skipped
+    vs_beta: pd.DataFrame | Skipped
+    formula: pd.DataFrame
+
+
 # ---------------------------------------------------------------- GiGPO step advantages
 
 

@@ -105,7 +105,9 @@ def importances(s: Sensitivity, *, higher_is_better: bool = True,
                 seed: int = 0) -> pd.DataFrame | Skipped:
     """Param importances per (env, backbone) by Optuna's fANOVA evaluator (seeded) on the
     cell means (one Optuna trial per cell). Columns: env_key, backbone, param, importance.
-    Skipped with fewer than 3 cells or a single param."""
+    Skipped with fewer than 3 cells or a single param, and where every cell scored the same
+    (importances are shares of a variance that is zero: fANOVA raises "zero total variance"),
+    with a reason that says so."""
     name = f"importance[{s.method}]"
     if len(s.params) < 2:
         return Skipped(name, f"{s.method} varies one param ({s.params[0]}); nothing to rank")
@@ -114,10 +116,13 @@ def importances(s: Sensitivity, *, higher_is_better: bool = True,
     from optuna.trial import create_trial
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    rows = []
+    rows, ties = [], []
     for (env, backbone), part in s.cells.groupby(["env_key", "backbone"], sort=True):
         part = part.dropna(subset=["mean"])
         if len(part) < 3:
+            continue
+        if np.ptp(part["mean"].to_numpy(float)) == 0:
+            ties.append(f"all {len(part)} cells of {env} score {part['mean'].iloc[0]:.4g}")
             continue
         dists = {p: _distribution(part[p], FloatDistribution) for p in s.params}
         study = optuna.create_study(direction="maximize" if higher_is_better else "minimize")
@@ -125,9 +130,18 @@ def importances(s: Sensitivity, *, higher_is_better: bool = True,
             study.add_trial(create_trial(params={p: float(row[p]) for p in s.params},
                                          distributions=dists, value=float(row["mean"])))
         evaluator = optuna.importance.FanovaImportanceEvaluator(seed=seed)
-        result = optuna.importance.get_param_importances(study, evaluator=evaluator)
+        try:
+            result = optuna.importance.get_param_importances(study, evaluator=evaluator)
+        except RuntimeError as exc:  # every tree of the forest fitted a constant
+            if "zero total variance" not in str(exc):
+                raise
+            ties.append(f"the {len(part)} cells of {env} leave fANOVA no variance")
+            continue
         rows += [(env, backbone, p, float(v)) for p, v in result.items()]
     if not rows:
+        if ties:
+            return Skipped(name, f"{'; '.join(ties)} (the trials tie): param importances are "
+                                 "undefined without variance between cells")
         return Skipped(name, "fewer than 3 cells with a value per env and backbone")
     return pd.DataFrame(rows, columns=["env_key", "backbone", "param", "importance"])
 

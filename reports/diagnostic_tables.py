@@ -21,7 +21,7 @@ import pandas as pd
 from analysis import diagnostics
 from analysis.diagnostics import PHASES, Skipped
 from analysis.stats import CI_METHODS, per_cell
-from reports.layouts import variant_label
+from reports.layouts import table_metrics, variant_label
 from reports.tables import Cell, Column, Row, Section, Table
 
 CELL_KEYS = ("backbone", "env_label", "method", "variant")
@@ -48,7 +48,8 @@ WRITER = DiagnosticSpec(
      Column("mean_offset", "Boundary", "offset (turns)", scale=1.0, decimals=2)),
     "valid output: 1 - writer/invalid_rate over training; accepted: the writer gives a boundary "
     "when the trajectory has a true decisive error; exact turn: it names that turn; false: it "
-    "gives one when there is none; offset: writer turn - true turn (%, offset in turns).")
+    "gives one when there is none; offset: writer turn - true turn (%, offset in turns); --: "
+    "the row's method has no writer (writer.kind none, e.g. GRPO).")
 ALIGNMENT = DiagnosticSpec(
     "value_alignment", "Value alignment of the OPD gate (SEED review Eq. 8)",
     (Column("gate_mean", "Gate", "mean g", scale=1.0, decimals=3),
@@ -72,10 +73,10 @@ GAIN = DiagnosticSpec(
     (Column("first", "Eval success", "before RL"),
      Column("last", "Eval success", "last"),
      Column("gain", "Gain", "last - before"),
-     Column("rose", "Seeds", "rose")),
+     Column("rose", "Seeds", "rose", count=True)),
     "Per seed: the evaluation at step 0 (the warm start, before any RL step) and the run's last "
     "evaluation on the same panel; gain is their paired difference (points), its interval over "
-    "seeds; rose: the share of seeds whose last evaluation is above their first.")
+    "seeds; rose: how many of the seeds ended above their first evaluation.")
 
 
 def gain_cells(runs: pd.DataFrame, histories: pd.DataFrame, keys_of: pd.Series,
@@ -152,7 +153,13 @@ def cell_frames(runs: pd.DataFrame, records: pd.DataFrame | None,
             valid = 1.0 - runs.set_index("run_id")["writer/invalid_rate/mean"]
             writer = writer.assign(validity=writer["run_id"].map(valid))
         cols = [c.key for c in WRITER.columns if c.key in writer.columns]
-        out[WRITER.name] = _cells(writer, runs, cols, ci)
+        # A run without a writer records no boundary (-1 on every turn): its rates would read
+        # 0.0 for a writer it does not have; its row reads -- instead.
+        none = set(runs.loc[_without_writer(runs), "run_id"])
+        has = _cells(writer[~writer["run_id"].isin(none)], runs, cols, ci)
+        out[WRITER.name] = pd.concat([has, _empty_cells(runs[runs["run_id"].isin(none)
+                                                             & runs["run_id"].isin(writer["run_id"])],
+                                                        cols[0])], ignore_index=True)
     align = diagnostics.value_alignment(train, by=("run_id",)) if train is not None \
         else Skipped(ALIGNMENT.name, "no per-turn training records were given")
     out[ALIGNMENT.name] = align if isinstance(align, Skipped) else _cells(
@@ -163,10 +170,32 @@ def cell_frames(runs: pd.DataFrame, records: pd.DataFrame | None,
     return out
 
 
+def _without_writer(runs: pd.DataFrame) -> pd.Series:
+    """Per run: it has no writer (resolved ``writer.kind`` none; without that param, its
+    method's own writer, tag ``method_writer``)."""
+    for column in ("writer.kind", "method_writer"):
+        if column in runs.columns:
+            return runs[column].astype(str) == "none"
+    return pd.Series(False, index=runs.index)
+
+
+def _empty_cells(runs: pd.DataFrame, column: str) -> pd.DataFrame:
+    """A row per cell of ``runs`` with no value (n = 0, NaN statistics): the cell gets a row
+    of MISSING in :func:`diagnostic_table`."""
+    keys = [c for c in CELL_KEYS if c in runs.columns]
+    cells = runs[keys].drop_duplicates()
+    return cells.assign(column=column, n=0, mean=np.nan, std=np.nan, ci_low=np.nan,
+                        ci_high=np.nan).reset_index(drop=True)
+
+
 def _staleness(runs, train, ci) -> pd.DataFrame | Skipped:
     if train is None:
         return Skipped(STALENESS.name, "no per-turn training records were given")
-    result = diagnostics.staleness(runs, train)
+    # the prepared runs' table-metric columns ("household.success") look like config params
+    # (dotted) to the pairing but differ between any two runs: pair on the config alone
+    metrics = {m.key for m in table_metrics(runs)}
+    result = diagnostics.staleness(runs.drop(columns=[c for c in runs.columns if c in metrics]),
+                                   train)
     if isinstance(result, Skipped):
         return result
     keys = [c for c in CELL_KEYS if c in runs.columns]
@@ -213,7 +242,8 @@ def diagnostic_table(spec: DiagnosticSpec, cells: pd.DataFrame | Skipped,
             cells_of = {c.key: Cell(float(sub.at[c.key, "mean"]), float(sub.at[c.key, "std"]),
                                     int(sub.at[c.key, "n"]), ci_low=float(sub.at[c.key, "ci_low"]),
                                     ci_high=float(sub.at[c.key, "ci_high"]))
-                        for c in columns if c.key in sub.index}
+                        for c in columns
+                        if c.key in sub.index and np.isfinite(sub.at[c.key, "mean"])}
             rows.append(Row((variant_label(method, variant),), cells_of))
         title = " · ".join(str(k).rpartition("/")[2] if s == "backbone" else str(k)
                            for s, k in zip(strata, keys))

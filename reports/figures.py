@@ -6,7 +6,9 @@ returns the :class:`~analysis.diagnostics.Skipped` it was given / that explains 
   step with a 95% percentile-bootstrap band of that mean (ETRO Fig. 3, SEED Fig. 8).
 * :func:`gate_sensitivity` -- final metric vs beta_opd (or lambda_opd) with bootstrap CI
   error bars (SEED review, critique 4).
-* :func:`gate_curves` -- g = sigmoid(beta * Delta) over Delta for several beta (SEED Eq. 1).
+* :func:`gate_curves` -- the measured gate g by region (from the per-turn records), final
+  success against beta_opd when a study varies it, and g = sigmoid(beta * Delta) at the
+  study's betas with the measured Delta range (SEED Eq. 1).
 * :func:`regional_alignment` -- Spearman rho of delta_pos / delta_neg with GiGPO step
   advantages per region (prefix / error / suffix) with cluster-bootstrap CIs (ETRO Fig. 1).
 * :func:`compute_cost` -- stacked wall time per phase per method, overhead vs GRPO.
@@ -15,16 +17,27 @@ returns the :class:`~analysis.diagnostics.Skipped` it was given / that explains 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
+import matplotlib.patches
 import matplotlib.ticker
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.diagnostics import PHASES, POLARITIES, REGIONS, Skipped
+from analysis.curves import RATE_LIMITS, bands, rate_limits
+from analysis.diagnostics import (
+    ALL_REGIONS,
+    GATE_REGIONS,
+    PHASES,
+    POLARITIES,
+    REGIONS,
+    GateFrames,
+    Skipped,
+)
 from analysis.stats import bootstrap_ci
 from reports.layouts import METHOD_LABELS, PARAM_SYMBOLS
 
@@ -170,7 +183,14 @@ def _per_pair(a: pd.Series, b: pd.Series, fn) -> list:
 
 
 def _ordered_labels(data: pd.DataFrame) -> list[str]:
-    return [lab for _, lab in sorted(set(data["rank"]))]
+    """Labels in table order: method rank, then the label with its numbers compared as
+    numbers ("β=1" < "β=5" < "β=20")."""
+    return [lab for _, lab in sorted(set(data["rank"]), key=lambda r: (r[0], _natural(r[1])))]
+
+
+def _natural(text: str) -> tuple:
+    parts = re.split(r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?)", str(text))
+    return tuple((1, float(p), "") if i % 2 else (0, 0.0, p) for i, p in enumerate(parts))
 
 
 def _draw_bands(ax, band: pd.DataFrame, x: str, style: dict, label: str) -> None:
@@ -185,14 +205,13 @@ def training_curves(histories: pd.DataFrame | None, stem: str | Path, *,
                     keys: Sequence[str] = CURVE_KEYS, n_boot: int = 1000,
                     seed: int = 0) -> list[Path] | Skipped:
     """One panel per (backbone, env, key) with data, one line per row of the tables (a
-    cell: method and its swept params) with its band: mean over seeds, 95% t interval.
+    cell: method and its swept params) with its band: mean over seeds, 95% t interval
+    (a success rate's clipped to [0, 1], :func:`analysis.curves.rate_limits`).
 
     ``histories``: long frame ``run_id, method, key, step, value``, optionally ``env`` /
     ``env_label``, ``backbone``, ``variant`` and ``seed`` (a report joins them from the
     prepared runs; without ``seed`` each run counts as one seed).
     """
-    from analysis.curves import bands
-
     name = "training_curves"
     skip = _missing(histories, HISTORY_COLUMNS, name)
     if skip:
@@ -209,7 +228,7 @@ def training_curves(histories: pd.DataFrame | None, stem: str | Path, *,
     for ax, (backbone, env, key) in zip(axes, panels):
         part = data[(data["backbone"] == backbone) & (data["env_label"] == env)
                     & (data["key"] == key)]
-        band = bands(part, ["label"])
+        band = bands(part, ["label"], limits=rate_limits(key))
         for label in labels:
             if (band["label"] == label).any():
                 _draw_bands(ax, band[band["label"] == label], "step", style[label], label)
@@ -219,7 +238,9 @@ def training_curves(histories: pd.DataFrame | None, stem: str | Path, *,
         ax.set_xlabel(AXIS_LABELS["step"])
         ax.set_ylabel(CURVE_LABELS.get(key, key))
     _legend_outside(fig, axes)
-    fig.suptitle("Training curves: mean over seeds, 95% t interval", fontsize=10)
+    clipped = " (success rates: clipped to [0, 1])" if any(rate_limits(k) for _, _, k in panels) \
+        else ""
+    fig.suptitle(f"Training curves: mean over seeds, 95% t interval{clipped}", fontsize=10)
     return _save(fig, stem)
 
 
@@ -235,7 +256,8 @@ def evaluation_curves(curves: pd.DataFrame | Skipped | None, stem: str | Path, *
     (the axes with data), one row of panels per (backbone, env), one line per table row.
 
     ``curves``: :func:`analysis.curves.metric_curves` output with ``by`` = backbone,
-    env_label, method, label (columns step, n, mean, low, high, env_steps, tokens).
+    env_label, method, label (columns step, n, mean, low, high, env_steps, tokens), its
+    intervals clipped to [0, 1] (``limits=RATE_LIMITS``, as the report computes them).
     """
     name = "evaluation_curves"
     skip = _missing(curves, ["backbone", "env_label", "method", "label", "step", "mean", "low",
@@ -245,7 +267,9 @@ def evaluation_curves(curves: pd.DataFrame | Skipped | None, stem: str | Path, *
     axes_used = [a for a in axes_order if a in curves.columns and curves[a].notna().any()]
     strata = sorted(set(zip(curves["backbone"], curves["env_label"])))
     data = curves.assign(rank=[(method_rank(m), lab) for m, lab in
-                               zip(curves["method"], curves["label"])])
+                               zip(curves["method"], curves["label"])],
+                         # the caption's promise, whoever computed the curves
+                         low=curves["low"].clip(*RATE_LIMITS), high=curves["high"].clip(*RATE_LIMITS))
     labels = _ordered_labels(data)
     style = styles(labels)
     fig, axes = _panels(len(strata) * len(axes_used), ncols=len(axes_used))
@@ -264,7 +288,8 @@ def evaluation_curves(curves: pd.DataFrame | Skipped | None, stem: str | Path, *
             if axis != "step":
                 ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
     _legend_outside(fig, axes)
-    fig.suptitle("Evaluation on the fixed panels: mean over seeds, 95% t interval", fontsize=10)
+    fig.suptitle("Evaluation on the fixed panels: mean over seeds, 95% t interval clipped to "
+                 "[0, 1]", fontsize=10)
     return _save(fig, stem)
 
 
@@ -301,25 +326,126 @@ def gate_sensitivity(sensitivity: pd.DataFrame | Skipped, stem: str | Path, *,
     return _save(fig, stem)
 
 
-def gate_curves(gates: pd.DataFrame | Skipped, stem: str | Path) -> list[Path] | Skipped:
-    """g = sigmoid(beta * Delta) against Delta, one line per beta (SEED Eq. 1).
+def gate_curves(gates: GateFrames | Skipped | None, stem: str | Path) -> list[Path] | Skipped:
+    """The OPD gate as the runs measured it, beside its formula (SEED Eq. 1), one row of
+    panels:
 
-    ``gates``: :func:`analysis.diagnostics.gate_table` on a Delta grid (delta, beta, gate).
+    * the measured g by region (prefix / error / suffix of a failed trajectory around the
+      writer's boundary, failed without a boundary, successful): per table row a box of its
+      scored turns (box: quartiles, line: median, whiskers: 5% and 95%), n turns per region;
+    * when the study varies beta_opd: final success against beta, 95% bootstrap CI over
+      seeds, one panel per env;
+    * g = sigmoid(beta Delta) at the study's betas, the measured Delta+ (5-95% of the scored
+      turns) shaded, so that one sees where on the curve the runs sit.
+
+    ``gates``: :class:`analysis.diagnostics.GateFrames`; a part that is a Skipped is left
+    out and its reason is written under the figure's title.
     """
-    skip = _missing(gates, ["delta", "beta", "gate"], "gate_curves")
+    name = "gate_curves"
+    if gates is None or isinstance(gates, Skipped):
+        return gates or Skipped(name, "its input frame was not given")
+    skip = _missing(gates.formula, ["delta", "beta", "gate"], name)
     if skip:
         return skip
-    fig = Figure(figsize=_PANEL, layout="constrained")
-    ax = fig.subplots()
-    for beta, part in gates.groupby("beta", sort=True):
+    measured = None if isinstance(gates.by_region, Skipped) else gates.by_region
+    vs_beta = None if isinstance(gates.vs_beta, Skipped) else gates.vs_beta
+    envs = sorted(vs_beta["env"].unique()) if vs_beta is not None else []
+    fig, axes = _panels((measured is not None) + len(envs) + 1, ncols=4)
+    axes = list(axes)
+    if measured is not None:
+        _gate_boxes(axes.pop(0), measured)
+    for env in envs:
+        _beta_panel(axes.pop(0), vs_beta[vs_beta["env"] == env], env)
+    _gate_formula(axes.pop(0), gates.formula, measured)
+    missing = [part.reason for part in (gates.by_region, gates.vs_beta)
+               if isinstance(part, Skipped)]
+    title = "OPD gate g = sigmoid(β Δ+): measured on the training turns, and the formula"
+    fig.suptitle(title + "".join(f"\n(not drawn: {r})" for r in missing), fontsize=9)
+    return _save(fig, stem)
+
+
+def _gate_boxes(ax, measured: pd.DataFrame) -> None:
+    """Boxes of the measured g per region (x) and table row (colour), from the quantiles."""
+    data = measured[measured["quantity"] == "gate_mean"]
+    data = data.assign(label=_per_pair(data["method"], data["variant"], lambda m, v: _label(v)),
+                       rank=_per_pair(data["method"], data["variant"],
+                                      lambda m, v: (method_rank(m), _label(v))))
+    labels = _ordered_labels(data)
+    style = styles(labels)
+    regions = [r for r in GATE_REGIONS if (data["region"] == r).any()]
+    width = 0.8 / max(1, len(labels))
+    handles = []
+    for i, label in enumerate(labels):
+        part = data[data["label"] == label].set_index("region")
+        stats, positions = [], []
+        for j, region in enumerate(regions):
+            if region in part.index:
+                r = part.loc[region]
+                stats.append({"med": r["median"], "q1": r["q25"], "q3": r["q75"],
+                              "whislo": r["q05"], "whishi": r["q95"], "mean": r["mean"],
+                              "fliers": []})
+                positions.append(j + (i - (len(labels) - 1) / 2) * width)
+        drawn = ax.bxp(stats, positions=positions, widths=width * 0.85, patch_artist=True,
+                       showmeans=False, manage_ticks=False,
+                       medianprops={"color": "black", "linewidth": 1.0})
+        for box in drawn["boxes"]:
+            box.set(facecolor=style[label]["color"], alpha=0.6, linewidth=0.6)
+        runs = part.loc[ALL_REGIONS, "n_runs"] if ALL_REGIONS in part.index else ""
+        handles.append(matplotlib.patches.Patch(color=style[label]["color"], alpha=0.6,
+                                                label=f"{label} (n = {runs} runs)"))
+    turns = data[data["region"].isin(regions)].groupby("region")["n_turns"].sum()
+    ax.set_xticks(range(len(regions)),
+                  [f"{r.replace('_', ' ')}\nn = {int(turns[r])}" for r in regions], fontsize=7)
+    ax.set_xlim(-0.6, len(regions) - 0.4)
+    ax.set_ylim(0.0, 1.0)
+    ax.axhline(0.5, color="grey", linewidth=0.5)
+    ax.set_ylabel("measured gate g (turn mean)")
+    ax.set_title("g by region (box: quartiles; whiskers: 5–95%)", fontsize=8)
+    _legend_below(ax, handles)
+
+
+def _beta_panel(ax, part: pd.DataFrame, env: str) -> None:
+    """Final success against beta_opd per method, 95% bootstrap CI bars."""
+    param = "algo.beta_opd"
+    for method, rows in part.groupby("method", sort=False):
+        rows = rows.sort_values(param)
+        err = np.vstack([rows["mean"] - rows["ci_low"], rows["ci_high"] - rows["mean"]])
+        ax.errorbar(rows[param], rows["mean"], yerr=_yerr(err), marker="o", capsize=3,
+                    label=f"{_label(method)} (n = {rows['n'].min()}–{rows['n'].max()} seeds)"
+                    if rows["n"].min() != rows["n"].max() else
+                    f"{_label(method)} (n = {rows['n'].min()} seeds)")
+    if (part[param] > 0).all():
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("β (algo.beta_opd)")
+    ax.set_ylabel("final success rate")
+    ax.set_title(f"{env}: success vs β (95% bootstrap CI)", fontsize=8)
+    _legend_below(ax)
+
+
+def _gate_formula(ax, formula: pd.DataFrame, measured: pd.DataFrame | None) -> None:
+    """g = sigmoid(beta Delta) per beta; the measured Delta+ range shaded."""
+    if measured is not None:
+        delta = measured[(measured["quantity"] == "delta_pos")
+                         & (measured["region"] == ALL_REGIONS)]
+        if len(delta):
+            ax.axvspan(delta["q05"].min(), delta["q95"].max(), color="grey", alpha=0.2,
+                       linewidth=0, label="measured Δ+ (5–95%)")
+    for beta, part in formula.groupby("beta", sort=True):
         part = part.sort_values("delta")
         ax.plot(part["delta"], part["gate"], label=f"β = {beta:g}")
     ax.axhline(0.5, color="grey", linewidth=0.5)
-    ax.set_xlabel("Δ = log π(a | h, s) − log π(a | h)")
+    ax.set_xlabel("Δ = log π(a | h, s) − log π(a | h) (nats / token)")
     ax.set_ylabel("gate g")
-    ax.set_title("g = sigmoid(β Δ)", fontsize=9)
-    ax.legend(fontsize=7)
-    return _save(fig, stem)
+    ax.set_title("formula g = sigmoid(β Δ)", fontsize=8)
+    _legend_below(ax)
+
+
+def _legend_below(ax, handles=None) -> None:
+    """The panel's legend under its x axis (outside the data)."""
+    handles = handles if handles is not None else ax.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22),
+              ncol=min(3, max(1, len(handles))), frameon=False)
 
 
 # ---------------------------------------------------------------- regional alignment

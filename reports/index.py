@@ -137,15 +137,16 @@ def eval_success_keys(runs: pd.DataFrame) -> pd.Series:
 
 def evaluation_curves(runs: pd.DataFrame, histories: pd.DataFrame,
                       ci: str = "t") -> pd.DataFrame | Skipped:
-    """Evaluation success curves per table row (analysis.curves.metric_curves)."""
-    from analysis.curves import metric_curves
+    """Evaluation success curves per table row (analysis.curves.metric_curves), intervals
+    clipped to a success rate's [0, 1]."""
+    from analysis.curves import RATE_LIMITS, metric_curves
 
     keys_of = eval_success_keys(runs)
     if keys_of.empty:
         return Skipped("evaluation_curves", "runs log no evaluation success metric")
     by = ["backbone", "env_label", "method", "variant"]
     curves = metric_curves(histories[["run_id", "key", "step", "value"]], runs, keys_of,
-                           by=by, ci=ci)
+                           by=by, ci=ci, limits=RATE_LIMITS)
     if curves.empty:
         return Skipped("evaluation_curves", "no evaluation history was logged (eval.every = 0 "
                                             "and a single final evaluation has no curve)")
@@ -156,12 +157,35 @@ def evaluation_curves(runs: pd.DataFrame, histories: pd.DataFrame,
 
 
 def _diagnostics(runs, records, n_boot, seed) -> dict[str, pd.DataFrame | Skipped]:
-    betas = sorted(runs["algo.beta_opd"].dropna().unique()) if "algo.beta_opd" in runs else []
     return {
-        "gate_curves": diagnostics.gate_table(GATE_DELTAS, betas or DEFAULT_BETAS),
+        "gate_curves": _gates(runs, records, n_boot, seed),
         "regional_alignment": _alignment_by_method(runs, records, seed),
         "compute_cost": _cost_by_row(runs),
     }
+
+
+BETA = "algo.beta_opd"
+
+
+def _gates(runs, records, n_boot, seed) -> diagnostics.GateFrames:
+    """The gate figure's frames: the measured gate by region per table row (records joined
+    to runs), final success against beta_opd for the OPD methods that vary it, and the
+    formula at the study's betas."""
+    opd = runs[runs["algo.lambda_opd"].fillna(0) > 0] if "algo.lambda_opd" in runs else runs
+    betas = sorted(opd[BETA].dropna().unique()) if BETA in opd else []
+    formula = diagnostics.gate_table(GATE_DELTAS, betas or DEFAULT_BETAS)
+    if records is None or records.empty or "run_id" not in records.columns:
+        by_region = Skipped("gate_by_region", "no per-turn records were given")
+    else:
+        joined = records.merge(runs[["run_id", "method", "variant"]], on="run_id", how="inner")
+        by_region = diagnostics.gate_by_region(joined, by=("method", "variant"))
+    swept = opd[opd.groupby("method")[BETA].transform("nunique") > 1] if BETA in opd else opd.iloc[:0]
+    vs_beta = (diagnostics.gate_sensitivity(swept, FINAL_SUCCESS, param=BETA,
+                                            by=("method", "env_label"), n_boot=n_boot, seed=seed)
+               if len(swept) else Skipped(f"gate_sensitivity[{BETA}]", "no OPD method varies β"))
+    if not isinstance(vs_beta, Skipped):
+        vs_beta = vs_beta.rename(columns={"env_label": "env"})
+    return diagnostics.GateFrames(by_region, vs_beta, formula)
 
 
 def _cost_by_row(runs: pd.DataFrame) -> pd.DataFrame | Skipped:

@@ -33,7 +33,8 @@ Layouts (ETRO = etro-paper.md, SEED = seed-review.txt):
 * ``seed_multimodal`` -- SEED's multimodal table (review, "Multimodal Extension"): GRPO and
   SEED on Sokoban and EZPoints and their average ("Sokoban / EZPoints / Avg."); the
   average is taken per seed over the envs (a seed counts where it ran on every env), then
-  summarised like any column, paired by seed against GRPO.
+  summarised like any column, paired by seed against GRPO.  Only runs whose policy saw
+  the env's images (``env.images``) count: a text-only EZPoints study is not multimodal.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from reports.envs import (
 from reports.tables import Cell, Column, Row, Section, Table, significance_marker
 
 SWEEP_PARAMS = ("algo.suffix_weight", "algo.beta_opd", "algo.lambda_opd")
+IMAGES_PARAM = "env.images"
 PARAM_SYMBOLS = {"algo.suffix_weight": "α", "algo.beta_opd": "β", "algo.lambda_opd": "λ",
                  "writer.kind": "writer"}
 SUMMARY_KEYS = ("env", "backbone", "variant")
@@ -258,6 +260,13 @@ def summarize_layout(runs: pd.DataFrame, layout: Layout, *, alpha: float = 0.05,
     data = data[data["method"].isin(layout.methods)]
     if layout.envs:
         data = data[data["env"].astype(str).isin(layout.envs)]
+    if layout.images:
+        seen = data[IMAGES_PARAM].eq(True) if IMAGES_PARAM in data.columns else \
+            pd.Series(False, data.index)
+        if len(data) and not seen.any():
+            return Skipped(layout.name, f"no run of {sorted(set(data['env']))} saw images "
+                                        f"({IMAGES_PARAM}: a multimodal table needs a vision env)")
+        data = data[seen]
     if data.empty or set(data["method"]) == {layout.baseline}:
         return Skipped(layout.name, f"no runs of methods {list(layout.methods)}"
                        + (f" besides the baseline {layout.baseline}" if len(data) else ""))
@@ -363,6 +372,8 @@ class Layout:
     envs: tuple[str, ...] = ()
     # add the per-seed average of the envs' success as a last column ("Avg.")
     average: bool = False
+    # only runs whose policy saw the env's images (param env.images): a multimodal table
+    images: bool = False
 
     def table(self, summary: pd.DataFrame | Skipped) -> Table | Skipped:
         """The table model from this layout's summary (a Skipped passes through)."""
@@ -559,7 +570,7 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
            alpha_table),
     Layout("seed_multimodal", "Multimodal agents (SEED review, Multimodal Extension; success %)",
            ("grpo", "seed"), "grpo", ("success",), method_table, envs=("sokoban", "ezpoints"),
-           average=True),
+           average=True, images=True),
 )}
 
 

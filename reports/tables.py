@@ -35,7 +35,13 @@ import pandas as pd
 from analysis.stats import FEW_SEEDS, MIN_PAIRED
 
 CELL_FORMATS = ("std", "ci")
-WIDE_COLUMNS = 6  # a LaTeX table with more value columns is scaled to the text width
+WIDE_COLUMNS = 6  # a LaTeX table with more value columns spans both columns (table*)
+# Shrink the tabular to the line width when it is wider, and to 0.8 of the text height (room
+# for the caption) when it is taller, never enlarge it (graphicx's \resizebox measures its
+# content as \width and \totalheight): no table overflows the page, however long its labels
+# or however many its rows.
+FIT_PAGE = (r"\resizebox*{!}{\ifdim\totalheight>0.8\textheight 0.8\textheight\else\totalheight\fi}{%",
+            r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%")
 BETTER = "†"
 WORSE = "‡"
 REPORTED = "§"
@@ -43,15 +49,22 @@ MISSING = "--"
 _TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
                  "^": r"\textasciicircum{}"}
+# Symbols pdflatex's default (T1/utf8) set lacks, as text-mode-safe math; every character a
+# table writes beyond ASCII and Latin-1 letters must be here ("Unicode character ρ not set up").
 _TEX_SYMBOLS = {BETTER: r"$^{\dagger}$", WORSE: r"$^{\ddagger}$", REPORTED: r"$^{\S}$",
-                "±": r"$\pm$", "α": r"$\alpha$", "β": r"$\beta$", "λ": r"$\lambda$",
-                "≤": r"$\le$", "–": "--", "×": r"$\times$", "Δ": r"$\Delta$", "—": "---"}
+                "±": r"$\pm$", "α": r"$\alpha$", "β": r"$\beta$", "γ": r"$\gamma$",
+                "δ": r"$\delta$", "λ": r"$\lambda$", "ρ": r"$\rho$", "τ": r"$\tau$",
+                "π": r"$\pi$", "σ": r"$\sigma$", "Δ": r"$\Delta$", "≤": r"$\le$",
+                "≥": r"$\ge$", "≈": r"$\approx$", "→": r"$\to$", "−": r"$-$", "×": r"$\times$",
+                "–": "--", "—": "---", "·": r"$\cdot$"}
 
 
 @dataclass(frozen=True)
 class Column:
     """One value column. ``key`` names the metric (``"shop.success"``) and is also the header
-    of that column in a reported-results CSV; ``group`` / ``label`` are the two header rows."""
+    of that column in a reported-results CSV; ``group`` / ``label`` are the two header rows.
+    ``count``: the metric is 1 or 0 per seed and a cell reads how many of its n seeds had
+    1 (``"2 of 3"``), never a percentage with a std."""
 
     key: str
     group: str
@@ -59,6 +72,7 @@ class Column:
     scale: float = 100.0
     higher_is_better: bool = True
     decimals: int = 1
+    count: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,11 +186,13 @@ def bold_cells(table: Table) -> set[tuple[int, int, str]]:
 
 def cell_text(cell: Cell | None, column: Column, cell_format: str = "std") -> str:
     """``"79.1 ± 1.2"`` (``std``) or ``"79.1 [76.2, 82.0]"`` (``ci``) in display units;
-    just the mean without a std / CI; MISSING for None."""
+    just the mean without a std / CI; ``"2 of 3"`` in a count column; MISSING for None."""
     if cell_format not in CELL_FORMATS:
         raise ValueError(f"cell_format={cell_format!r}; valid: {list(CELL_FORMATS)}")
     if cell is None or not math.isfinite(cell.mean):
         return MISSING
+    if column.count:
+        return f"{round(cell.mean * cell.n)} of {cell.n}"
     fmt = f"{{:.{column.decimals}f}}"
     text = fmt.format(cell.mean * column.scale)
     if cell_format == "ci" and math.isfinite(cell.ci_low) and math.isfinite(cell.ci_high):
@@ -304,7 +320,7 @@ def _md_cell(row: Row, column: Column, bold: bool, cell_format: str = "std") -> 
 
 def tex_escape(text: str) -> str:
     """Escape LaTeX specials (``_ % & $ # { } ~ ^ \\``), then map the symbols we use
-    († ‡ § ± α β λ ≤ –) to math-mode commands."""
+    († ‡ § ± Greek letters ≤ ≥ – · ...; :data:`_TEX_SYMBOLS`) to commands pdflatex has."""
     out = "".join(_TEX_SPECIALS.get(ch, ch) for ch in str(text))
     for symbol, command in _TEX_SYMBOLS.items():
         out = out.replace(symbol, command)
@@ -313,9 +329,10 @@ def tex_escape(text: str) -> str:
 
 def to_latex(table: Table, provenance: Provenance | None = None) -> str:
     """A booktabs ``table`` float: \\toprule, a grouped header with \\cmidrule, \\midrule
-    per section, \\bottomrule; provenance as ``%`` comments at the top. Needs ``booktabs``;
-    a table with more than WIDE_COLUMNS value columns is a ``table*`` scaled to the text
-    width with ``\\resizebox`` (needs ``graphicx``), so it never overflows the page."""
+    per section, \\bottomrule; provenance as ``%`` comments at the top. Needs ``booktabs``
+    and ``graphicx``: the tabular is shrunk to the page when wider or taller (FIT_PAGE), so
+    it never overflows it; a table with more than WIDE_COLUMNS value columns is a
+    ``table*`` (both columns of a two-column paper)."""
     bold = bold_cells(table)
     n_labels, width = len(table.label_headers), len(table.label_headers) + len(table.columns)
     wide = len(table.columns) > WIDE_COLUMNS
@@ -323,7 +340,7 @@ def to_latex(table: Table, provenance: Provenance | None = None) -> str:
     lines = [*_tex_provenance(table, provenance),
              rf"\begin{{{env}}}[t]", r"\centering", r"\small",
              rf"\caption{{{tex_escape(caption(table))}}}", rf"\label{{tab:{table.name}}}",
-             *([r"\resizebox{\textwidth}{!}{%"] if wide else []),
+             *FIT_PAGE,
              rf"\begin{{tabular}}{{{'l' * n_labels}{'c' * len(table.columns)}}}", r"\toprule",
              *_tex_header(table), r"\midrule"]
     for si, section in enumerate(table.sections):
@@ -337,7 +354,7 @@ def to_latex(table: Table, provenance: Provenance | None = None) -> str:
             values = [_tex_cell(row, c, (si, ri, c.key) in bold, table.cell_format)
                       for c in table.columns]
             lines.append(" & ".join(labels + values) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}" + ("}" if wide else ""), rf"\end{{{env}}}"]
+    lines += [r"\bottomrule", r"\end{tabular}}}", rf"\end{{{env}}}"]
     return "\n".join(lines) + "\n"
 
 

@@ -4,10 +4,12 @@
   by address.  One Tune trial per (cell, seed) with ``tune.with_resources``, FIFO at full
   budget; each trial calls the train function in-process (no subprocess, no argv).
 * MLflow: one parent run per study (``hindsight.kind=study``, reused on relaunch); one child
-  run per (cell, seed), created with ``MlflowClient`` by the driver before the trial runs
-  (status SCHEDULED, tag ``mlflow.parentRunId``).  The child run id travels in the Tune trial
-  config with the trial's output folder (its checkpoints), so a relaunched trial continues
-  the same run with ``resume=True``.
+  run per (cell, seed) (tag ``mlflow.parentRunId``), created with ``MlflowClient`` in the
+  trial's worker when the trial starts, so that its MLflow start and end times, and the UI's
+  Duration, are the trial's own rather than the sweep's launch.  A relaunched study passes
+  the pair's existing child run id in the Tune trial config (with the trial's output folder,
+  its checkpoints), so the trial continues the same run with ``resume=True``; a trial Tune
+  retries after its worker died finds the run its first attempt created and continues it.
 * Relaunch: FINISHED pairs are skipped; RUNNING/SCHEDULED children (a killed driver) are
   reused; FAILED ones are skipped unless ``retry_failed`` (then reused too), so no pair ever
   gets a second child run.  A trial that raises is FAILED with ``traceback.txt``; the other
@@ -61,6 +63,7 @@ from trainer.tracking import (
     NOTE_TAG,
     TERMINAL_STATUSES,
     RunLogger,
+    cell_id,
     experiment_id,
     git_sha,
     make_client,
@@ -239,6 +242,29 @@ def prepare_child(client: MlflowClient, exp_id: str, parent_id: str, launch: Lau
     return run_id
 
 
+def claim_child(cfg, run_id: str | None = None, resume: bool = False) -> Launch | None:
+    """In a grid trial's worker, as the trial starts: the child run it trains into.
+
+    ``run_id`` (a relaunched study's unfinished run, chosen by the driver) is used as it is.
+    Otherwise the pair's runs are looked up: an unfinished run that an earlier attempt of
+    this trial created (Tune retried it after its worker died) is continued, else a run is
+    created now, so that its MLflow start time is the trial's own start, not the sweep's
+    launch.  None when the pair already has a FINISHED run (the attempt that trained it
+    died before reporting): nothing is left to train."""
+    trial = Trial(cfg, cell_id(cfg), cfg.seed, ())
+    if run_id is not None:
+        return Launch(trial, run_id, resume)
+    client = make_client(cfg.tracking.uri)
+    exp_id = experiment_id(client, cfg.tracking.experiment)
+    runs = child_runs(client, exp_id, cfg.tracking.study).get(trial.key, [])
+    plan = plan_trials([trial], {trial.key: runs}, retry_failed=True)
+    if not plan.launch:
+        return None
+    launch = plan.launch[0]
+    return replace(launch, run_id=prepare_child(client, exp_id, cfg.tracking.parent_run_id,
+                                                launch))
+
+
 LOG_NAME = "trial.log"
 LOG_TAG = "hindsight.log"
 NODE_TAG = "hindsight.node_id"
@@ -327,16 +353,22 @@ SYSTEM_RETRIES = 2
 
 def grid_trainable(train_fn: TrainFn | None) -> Callable[[dict], None]:
     """Tune function trainable for one (cell, seed): ``config["trial"]`` carries the config
-    dict, the child run id and the resume flag.  An exception of the training itself is
-    reported as ``failed`` (its run is already FAILED with ``traceback.txt``) rather than
-    raised, so that Tune's retries are kept for workers and nodes that die."""
+    dict, the child run id to continue (None: :func:`claim_child` finds or creates it as the
+    trial starts) and the resume flag.  An exception of the training itself is reported as
+    ``failed`` (its run is already FAILED with ``traceback.txt``) rather than raised, so
+    that Tune's retries are kept for workers and nodes that die."""
 
     def hindsight_trial(config: dict) -> None:
         from ray import tune
 
         spec = config["trial"]
         try:
-            metrics = run_trial(from_dict(spec["cfg"]), spec["run_id"], spec["resume"], train_fn)
+            cfg = from_dict(spec["cfg"])
+            launch = claim_child(cfg, spec["run_id"], spec["resume"])
+            if launch is None:  # trained by an earlier attempt of this trial
+                tune.report({"done": 1.0})
+                return
+            metrics = run_trial(cfg, launch.run_id, launch.resume, train_fn)
         except Exception as exc:  # recorded on the run (FAILED), reported to the driver
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
             tune.report({"done": 1.0, "failed": 1.0, "error": reason})
@@ -443,17 +475,20 @@ def _progress_callback(console: Console, describe: Callable[[Any], str],
     from ray import tune
 
     class Progress(tune.Callback):
-        """One line per trial as it starts, and one as it finishes or fails."""
+        """One line per trial as it starts, and one as it finishes or fails with the trial's
+        own wall time (from its first start: a trial waiting for a slot is not counting)."""
 
         def __init__(self) -> None:
             self.start = time.time()
+            self.started: dict[str, float] = {}  # Tune trial id -> first start
 
         def on_trial_start(self, iteration, trials, trial, **info) -> None:
+            self.started.setdefault(getattr(trial, "trial_id", ""), time.time())
             console.line(f"  started  {describe(trial)}")
 
         def _line(self, trial, what: str, extra: str = "") -> None:
             console.ended()
-            elapsed = time.time() - self.start
+            elapsed = time.time() - self.started.get(getattr(trial, "trial_id", ""), self.start)
             console.line(f"[{console.done}/{console.total}] {what:<8} {describe(trial)} "
                          f"({elapsed:.0f} s){extra}")
 
@@ -532,9 +567,11 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
     with study_lock(study, "parent"):  # drivers launched at once share one parent run
         parent_id = ensure_parent(client, exp_id, study)
     if plan.launch:
-        specs = [{"name": x.trial.name, "desc": x.trial.describe(),
-                  "run_id": prepare_child(client, exp_id, parent_id, x), "resume": x.resume,
-                  "cfg": to_dict(child_config(x.trial, parent_id))} for x in plan.launch]
+        # A fresh pair's child run is created by its trial as it starts (claim_child).
+        specs = [{"name": x.trial.name, "desc": x.trial.describe(), "key": list(x.trial.key),
+                  "run_id": prepare_child(client, exp_id, parent_id, x) if x.run_id else None,
+                  "resume": x.resume, "cfg": to_dict(child_config(x.trial, parent_id))}
+                 for x in plan.launch]
         init_ray(address or study.ray_address)
         from ray import tune
 
@@ -542,7 +579,8 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
              num_samples=1, max_concurrent=conc, total=len(specs), echo=echo,
              describe=lambda t: t.config["trial"]["desc"], bar=bar,
              log_of=lambda t: str(Path(t.config["trial"]["cfg"]["output"]["dir"]) / LOG_NAME),
-             on_error=lambda t, reason: _mark_failed(client, t.config["trial"]["run_id"], reason),
+             on_error=lambda t, reason: _mark_failed(
+                 client, _spec_run_id(client, exp_id, study, t.config["trial"]), reason),
              max_failures=SYSTEM_RETRIES)
     return _finish_parent(client, parent_id, study)
 
@@ -550,10 +588,22 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
 FAILURE_TAG = "hindsight.failure"
 
 
-def _mark_failed(client: MlflowClient, run_id: str, reason: str) -> None:
+def _spec_run_id(client: MlflowClient, exp_id: str, study: Study, spec: dict) -> str | None:
+    """The child run of a grid trial's spec: the one it continues, else the unfinished run
+    its worker created (None when the trial died before creating one)."""
+    if spec["run_id"]:
+        return spec["run_id"]
+    runs = child_runs(client, exp_id, study.name).get(tuple(spec["key"]), [])
+    run = reusable_run([r for r in runs if r.info.status not in TERMINAL_STATUSES])
+    return run.info.run_id if run is not None else None
+
+
+def _mark_failed(client: MlflowClient, run_id: str | None, reason: str) -> None:
     """A trial Tune gave up on (its worker or node died past the retries): its run, left
     RUNNING by the dead worker, ends FAILED with the reason as the tag ``hindsight.failure``
-    (``--retry-failed`` continues it)."""
+    (``--retry-failed`` continues it).  No run (``None``): nothing to mark."""
+    if run_id is None:
+        return
     run = with_retry(client.get_run, run_id)
     if run.info.status in TERMINAL_STATUSES:
         return

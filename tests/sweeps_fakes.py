@@ -75,6 +75,15 @@ def slow_train(cfg, *, run_id=None, resume=False, progress=True):
     return fake_train(cfg, run_id=run_id, resume=resume, progress=progress, steps=6, sleep=0.5)
 
 
+def timed_train(cfg, *, run_id=None, resume=False, progress=True):
+    """fake_train of 2 steps of 1.5 s that writes when it started and ended (wall clock,
+    its trial's own time) to ``<output.dir>/timed.json``."""
+    start = time.time()
+    result = fake_train(cfg, run_id=run_id, resume=resume, progress=progress, steps=2, sleep=1.5)
+    Path(cfg.output.dir, "timed.json").write_text(json.dumps({"start": start, "end": time.time()}))
+    return result
+
+
 CHATTER = "Loading weights: model.safetensors"
 
 

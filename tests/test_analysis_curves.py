@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.curves import bands, budgets, eval_gain, metric_curves
+from analysis.curves import RATE_LIMITS, bands, budgets, eval_gain, metric_curves, rate_limits
 from analysis.stats import t_ci
 
 
@@ -32,6 +32,19 @@ def test_bands_average_runs_of_a_seed_then_use_the_t_interval():
     row = bands(frame, ["label"]).iloc[0]
     assert row["n"] == 3 and row["mean"] == pytest.approx((0.2 + 0.5 + 0.6) / 3)
     assert (row["low"], row["high"]) == pytest.approx(t_ci([0.2, 0.5, 0.6]))
+
+
+def test_a_success_rates_band_is_clipped_to_zero_one():
+    """Two seeds at 0.05 and 0.95: the t interval is 0.5 +- 12.7 x 0.45 (about [-5.2, 6.2]);
+    a rate's band stays in [0, 1], other metrics keep theirs."""
+    frame = pd.DataFrame({"label": "m", "step": 0, "seed": [0, 1], "value": [0.05, 0.95]})
+    low, high = t_ci([0.05, 0.95])
+    assert low < -5 and high > 6
+    row = bands(frame, ["label"], limits=RATE_LIMITS).iloc[0]
+    assert (row["low"], row["high"], row["mean"]) == (0.0, 1.0, pytest.approx(0.5))
+    assert tuple(bands(frame, ["label"]).iloc[0][["low", "high"]]) == pytest.approx((low, high))
+    assert rate_limits("train/success") == rate_limits("eval/eval_unseen/success") == (0.0, 1.0)
+    assert rate_limits("train/entropy") is None
 
 
 def test_metric_curves_average_datasets_and_start_budgets_at_zero():

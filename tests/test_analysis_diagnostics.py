@@ -11,6 +11,7 @@ import pytest
 from analysis.diagnostics import (
     Skipped,
     compute_cost,
+    gate_by_region,
     gate_sensitivity,
     gate_table,
     regional_alignment,
@@ -47,6 +48,31 @@ def test_gate_sensitivity_groups_by_beta_and_skips_without_variation():
     skipped = gate_sensitivity(runs[runs["algo.beta_opd"] == 1.0], "acc")
     assert isinstance(skipped, Skipped) and "1 value" in skipped.reason
     assert isinstance(gate_sensitivity(runs, "acc", param="algo.lambda_opd"), Skipped)
+
+
+def test_gate_by_region_is_the_distribution_of_the_measured_gate():
+    """Per region the scored turns' gate (NaN turns, e.g. evaluation, left out), and every
+    region pooled as "all"; quantiles are numpy's (linear)."""
+    rec = pd.DataFrame([
+        _turn(traj=0, turn=0, region="prefix", gate_mean=0.2, delta_pos=-0.3),
+        _turn(traj=0, turn=1, region="prefix", gate_mean=0.4, delta_pos=-0.1),
+        _turn(traj=0, turn=2, region="error", gate_mean=0.6, delta_pos=0.1),
+        _turn(traj=1, turn=0, region="success", gate_mean=0.9, delta_pos=0.4),
+        _turn(traj=2, turn=0, region="no_boundary", split="eval"),  # not scored
+        _turn(run_id="q", traj=0, turn=0, region="prefix", gate_mean=0.6, delta_pos=0.2),
+    ]).assign(method="seed")
+    out = gate_by_region(rec, by=("method",)).set_index(["quantity", "region"])
+    gate = out.loc["gate_mean"]
+    assert list(gate.index) == ["prefix", "error", "success", "all"]  # region order
+    assert gate.loc["prefix", "n_turns"] == 3 and gate.loc["prefix", "n_runs"] == 2
+    assert gate.loc["prefix", "mean"] == pytest.approx(0.4)
+    assert gate.loc["prefix", "std"] == pytest.approx(0.2)
+    assert gate.loc["prefix", "median"] == pytest.approx(0.4)
+    assert gate.loc["prefix", "q25"] == pytest.approx(0.3) and gate.loc["prefix", "q05"] == pytest.approx(0.22)
+    assert gate.loc["all", "n_turns"] == 5 and gate.loc["all", "mean"] == pytest.approx(0.54)
+    assert out.loc[("delta_pos", "error"), "mean"] == pytest.approx(0.1)
+    none = gate_by_region(rec.assign(gate_mean=np.nan), by=("method",))
+    assert isinstance(none, Skipped) and "no turn has a measured gate" in none.reason
 
 
 def test_step_advantages_pool_returns_and_filter_groups():

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from mlflow.tracking import MlflowClient
 from reports_fakes import study_store
 
 from sweeps.cli import main
-from sweeps.study import expand, load_study
+from sweeps.study import expand, load_study, make_trial
 
-PAPERS = Path(__file__).resolve().parent.parent / "examples" / "papers"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PAPERS = EXAMPLES / "papers"
 
 
 def _study(tmp_path: Path) -> Path:
@@ -81,3 +83,28 @@ def test_seed_table5_study_reports_its_tables_through_the_store(tmp_path, monkey
     record = json.loads((tables / "seed_ablation.json").read_text())
     cells = {c["row"]: c for c in record["cells"]}
     assert cells["w/o self-evolving"]["n"] == 2 and cells["w/o skill SFT"]["n"] == 3
+
+
+@pytest.mark.slow
+def test_report_of_a_search_whose_trials_tie_says_so_and_writes_the_rest(tmp_path, monkeypatch,
+                                                                         capsys):
+    """`hindsight report examples/sensitivity.yaml` after a search whose four trials all
+    scored 0% (each seed too): no fANOVA traceback; the index says in one line why there
+    are no importances, and the best-cells table and the sensitivity figure are written."""
+    out = tmp_path / "out"
+    study = load_study(EXAMPLES / "sensitivity.yaml", out=str(out))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlruns.db'}")
+    trials = [make_trial(study, {"algo.beta_opd": b, "algo.lambda_opd": lam}, seed)
+              for b, lam in ((0.7, 0.002), (2.4, 0.02), (12.0, 0.05), (5.0, 0.001))
+              for seed in study.seeds]
+    study_store(study, study.store_uri, trials=trials, score=lambda cfg: 0.0, steps=(0,))
+    client = MlflowClient(study.store_uri)  # every seed at exactly 0% (no seed noise), as on CPU
+    for run in client.search_runs([client.get_experiment_by_name(study.experiment).experiment_id]):
+        client.log_metric(run.info.run_id, study.search.metric, 0.0, step=1)
+    assert main(["report", str(EXAMPLES / "sensitivity.yaml"), "--out", str(out)]) == 0
+    index = (out / "report" / "index.md").read_text()
+    lines = [x for x in index.splitlines() if x.startswith("- importance[seed]")]
+    assert len(lines) == 1 and "(the trials tie)" in lines[0], lines
+    assert (out / "report" / "tables" / "sensitivity_seed_best.md").is_file()
+    assert (out / "report" / "figures" / "sensitivity_seed.png").stat().st_size > 5_000
+    assert "report of 8 runs written" in capsys.readouterr().out

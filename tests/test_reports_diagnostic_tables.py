@@ -67,6 +67,16 @@ def test_cell_frames_rows_are_cells_with_seed_statistics():
     assert align.loc[("seed (refresh_every=1)", "cov"), "mean"] == pytest.approx(0.1)
 
 
+def test_staleness_pairs_runs_whose_results_differ():
+    """The prepared runs carry table-metric columns ("household.success") that differ
+    between any two runs; the stale and refreshed runs still pair on their config."""
+    runs = _runs()
+    runs["eval/eval_unseen/success"] += np.where(runs["writer.refresh_every"] == 0, 0.1, 0.0)
+    cells = dt.cell_frames(prepare_runs(runs), _records(prepare_runs(runs)))
+    assert not isinstance(cells["staleness"], dt.Skipped), cells["staleness"]
+    assert set(cells["staleness"]["variant"]) == {"seed (refresh_every=0)"}
+
+
 def test_report_writes_the_diagnostic_tables(tmp_path):
     runs = _runs()
     inputs = ReportInputs.from_frames(runs, records=_records(prepare_runs(runs)), n_boot=20)
@@ -77,6 +87,22 @@ def test_report_writes_the_diagnostic_tables(tmp_path):
     assert "| SEED (refresh_every=1) | 90.0 ± 10.0 | 66.7 ± 57.7 |" in table
     assert "**" not in table.split("\n", 1)[1]  # nothing ranked, nothing bold
     assert "## table compute_cost" in text
+
+
+def test_a_method_without_a_writer_reads_missing_not_zero(tmp_path):
+    """GRPO has no writer (writer.kind none): its records carry no boundary (-1), which
+    would read 0.0 acceptance / exact / false; its row reads -- and the caption says why."""
+    seed = _runs()[lambda r: r["writer.refresh_every"] == 1].assign(**{"writer.kind": "self"})
+    grpo = seed.assign(method="grpo", cell_id="g", run_id=seed["run_id"].str.replace("r1", "g"),
+                       **{"writer.kind": "none"}).drop(columns="writer/invalid_rate/mean")
+    runs = pd.concat([seed, grpo], ignore_index=True)
+    records = _records(prepare_runs(runs))
+    records.loc[records["run_id"].str.startswith("g"), "error_turn_writer"] = -1
+    build_report(ReportInputs.from_frames(runs, records=records, n_boot=20), tmp_path, "s", "sha")
+    table = (tmp_path / "tables" / "writer_reliability.md").read_text()
+    assert "| GRPO | -- | -- | -- | -- | -- |" in table, table
+    assert "| SEED | 90.0 ± 10.0 | 66.7 ± 57.7 |" in table
+    assert "n = 2–3 seeds per cell" in table and "--: the row's method has no writer" in table
 
 
 def test_family_breakdown_from_eval_records():

@@ -41,7 +41,49 @@ def test_gate_figures(tmp_path):
                          "n": 3, "mean": [0.6, 0.7, 0.65], "std": 0.02,
                          "ci_low": [0.58, 0.68, np.nan], "ci_high": [0.62, 0.72, np.nan]})
     _assert_written(figures.gate_sensitivity(sens, tmp_path / "sens"), tmp_path / "sens")
-    gates = diagnostics.gate_table(np.linspace(-1, 1, 21), (1.0, 5.0))
+    formula = diagnostics.gate_table(np.linspace(-1, 1, 21), (1.0, 5.0))
+    none = Skipped("gate_by_region", "no per-turn records were given")
+    gates = diagnostics.GateFrames(none, Skipped("gate_sensitivity", "no OPD method varies β"),
+                                   formula)
+    _assert_written(figures.gate_curves(gates, tmp_path / "gates"), tmp_path / "gates")
+
+
+def test_gate_figure_draws_the_measured_gate_and_success_against_beta(tmp_path, monkeypatch):
+    """From a report's frames: records with a gate per turn and a SEED beta sweep give three
+    panels (g by region, success vs β with intervals, the formula); without records the
+    figure says what it does not draw."""
+    from reports.index import ReportInputs
+
+    runs = pd.concat([fake_runs({"seed": 0.5 + 0.05 * i}, envs=("household",),
+                                params={"seed": {"algo.beta_opd": beta}}).assign(
+                          run_id=lambda r, b=beta: r["run_id"] + f"-b{b}",
+                          cell_id=lambda r, b=beta: r["cell_id"] + f"-b{b}")
+                      for i, beta in enumerate((1.0, 5.0, 20.0))], ignore_index=True)
+    rng = np.random.default_rng(0)
+    records = pd.DataFrame([{"run_id": rid, "step": 1, "split": "train", "traj": t, "turn": k,
+                             "region": region, "delta_pos": d, "gate_mean": 1 / (1 + np.exp(-5 * d))}
+                            for rid in runs["run_id"] for t in range(4)
+                            for k, (region, d) in enumerate(zip(("prefix", "error", "suffix"),
+                                                                rng.normal(0, 0.1, 3)))])
+    inputs = ReportInputs.from_frames(runs, records=records, n_boot=50)
+    gates = inputs.figure_frames()["gate_curves"]
+    measured = gates.by_region.set_index(["variant", "quantity", "region"])
+    assert measured.loc[("seed (β=5)", "gate_mean", "prefix"), "n_turns"] == 12  # 4 x 3 seeds
+    assert sorted(gates.vs_beta["algo.beta_opd"]) == [1.0, 5.0, 20.0]
+    assert sorted(gates.formula["beta"].unique()) == [1.0, 5.0, 20.0]
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, stem: drawn.append(fig) or [])
+    figures.gate_curves(gates, tmp_path / "g")
+    visible = [ax for ax in drawn[0].axes if ax.get_visible()]
+    assert [ax.get_title() for ax in visible] == [
+        "g by region (box: quartiles; whiskers: 5–95%)",
+        "Household: success vs β (95% bootstrap CI)", "formula g = sigmoid(β Δ)"]
+    assert [t.get_text().split("\n")[0] for t in visible[0].get_xticklabels()] == [
+        "prefix", "error", "suffix"]
+    bare = ReportInputs.from_frames(runs, n_boot=50).figure_frames()["gate_curves"]
+    figures.gate_curves(bare, tmp_path / "bare")
+    assert "not drawn: no per-turn records were given" in drawn[1]._suptitle.get_text()
+    monkeypatch.undo()
     _assert_written(figures.gate_curves(gates, tmp_path / "gates"), tmp_path / "gates")
 
 
@@ -94,6 +136,28 @@ def test_evaluation_curves_from_report_inputs(tmp_path):
     assert seed10["n"] == 3 and seed10["env_steps"] == 64.0  # 4 turns x 4 x 2, steps 5 and 10
     stem = tmp_path / "eval"
     _assert_written(figures.evaluation_curves(curves, stem), stem)
+
+
+def test_evaluation_bands_of_two_seeds_stay_within_zero_one(tmp_path, monkeypatch):
+    """n = 2 seeds far apart: the report's evaluation curves (and the figure's bands) stay in
+    [0, 1], and the figure's title says the interval is clipped."""
+    from reports.index import ReportInputs
+
+    runs = fake_runs({"grpo": 0.5}, envs=("household",), seeds=(0, 1))
+    rows = [(rid, "eval/eval_unseen/success", step, value)
+            for rid, (a, b) in zip(runs["run_id"], ((0.02, 0.1), (0.98, 0.9)))
+            for step, value in ((0, a), (5, b))]
+    hist = pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
+    curves = ReportInputs.from_frames(runs, histories=hist, n_boot=20).diagnostics[
+        "evaluation_curves"]
+    assert curves["low"].min() == 0.0 and curves["high"].max() == 1.0
+    assert curves["mean"].tolist() == pytest.approx([0.5, 0.5])
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, stem: drawn.append(fig) or [])
+    figures.evaluation_curves(curves.assign(low=-3.0, high=4.0), tmp_path / "e")
+    band = drawn[0].axes[0].collections[0].get_paths()[0].vertices[:, 1]  # the fill_between
+    assert (band.min(), band.max()) == (0.0, 1.0)
+    assert "clipped to [0, 1]" in drawn[0]._suptitle.get_text()
 
 
 def test_styles_tell_twenty_methods_apart():

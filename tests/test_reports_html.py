@@ -20,7 +20,11 @@ def _report(tmp_path):
     summaries = {
         name: summarize_layout(runs, layout, n_boot=100) for name, layout in LAYOUTS.items()
     }
-    gates = diagnostics.gate_table(np.linspace(-1, 1, 11), (1.0, 5.0))
+    gates = diagnostics.GateFrames(
+        diagnostics.Skipped("gate_by_region", "no records"),
+        diagnostics.Skipped("gate_sensitivity", "no sweep"),
+        diagnostics.gate_table(np.linspace(-1, 1, 11), (1.0, 5.0)),
+    )
     out = tmp_path / "report"
     build_report(
         ReportInputs(runs, summaries, diagnostics={"gate_curves": gates}), out, "demo", "abc123"

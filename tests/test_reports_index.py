@@ -10,6 +10,7 @@ import pandas as pd
 from reports_fakes import fake_runs
 
 from analysis import diagnostics
+from analysis.diagnostics import Skipped
 from reports.index import ReportInputs, build_report
 from reports.layouts import LAYOUTS, summarize_layout
 
@@ -20,7 +21,9 @@ def _inputs(tmp_path, runs):
                    "source": "ETRO Table 1"}]).to_csv(csv, index=False)
     summaries = {name: summarize_layout(runs, layout, n_boot=100)
                  for name, layout in LAYOUTS.items()}
-    gates = diagnostics.gate_table(np.linspace(-1, 1, 11), (1.0, 5.0))
+    gates = diagnostics.GateFrames(Skipped("gate_by_region", "no records"),
+                                   Skipped("gate_sensitivity", "no sweep"),
+                                   diagnostics.gate_table(np.linspace(-1, 1, 11), (1.0, 5.0)))
     return ReportInputs(runs, summaries, diagnostics={"gate_curves": gates}, external_csv=csv)
 
 
@@ -62,7 +65,8 @@ def test_from_frames_joins_methods_and_computes_diagnostics():
                            "regional_alignment", "compute_cost"}
     assert "no per-turn records" in frames["regional_alignment"].reason
     assert "no method varies" in inputs.sensitivity.reason
-    assert sorted(frames["gate_curves"]["beta"].unique()) == [5.0]
+    assert sorted(frames["gate_curves"].formula["beta"].unique()) == [5.0]
+    assert "no per-turn records" in frames["gate_curves"].by_region.reason
     assert set(inputs.summaries) == set(LAYOUTS)
 
 
@@ -111,7 +115,12 @@ def test_index_states_the_gain_over_the_warm_start_per_row(tmp_path):
     assert (f"- GRPO (Household): +4.0 points [{low:+.1f}, {high:+.1f}] from 30.0% to 34.0%; "
             "rose on 2 of 3 seeds") in text
     assert "- SEED (Household): +0.0 points [+0.0, +0.0] from 30.0% to 30.0%; rose on 0 of 3 seeds" in text
-    assert (tmp_path / "report" / "tables" / "warm_start_gain.md").is_file()
+    gain_table = (tmp_path / "report" / "tables" / "warm_start_gain.md").read_text()
+    # the seeds that rose are a count of seeds, not a percentage with a std
+    assert re.search(r"\| GRPO \| 30\.0 ± 0\.0 \| 34\.0 ± [\d.]+ \| 4\.0 ± [\d.]+ \| 2 of 3 \|",
+                     gain_table), gain_table
+    assert "| 0 of 3 |" in gain_table and "66.7" not in gain_table
+    assert "2 of 3" in (tmp_path / "report" / "tables" / "warm_start_gain.tex").read_text()
     # without an evaluation at step 0 there is no gain to state, and the index says why
     late = hist.assign(step=hist["step"] + 5)
     text = build_report(ReportInputs.from_frames(runs, histories=late, n_boot=50),

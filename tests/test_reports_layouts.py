@@ -18,6 +18,7 @@ from reports.layouts import (
 from reports.tables import BETTER, bold_cells
 
 N_BOOT = 200
+IMAGES = {"env.images": True}  # the policy saw the env's images (a multimodal run)
 
 
 def test_table_metrics_average_searchqa_and_pick_final_success():
@@ -233,8 +234,8 @@ def test_multimodal_table_averages_the_two_envs_per_seed():
     """SEED's multimodal table: Sokoban, EZPoints, then their per-seed average, paired by
     seed against GRPO; only the seeds that ran on both envs enter the average, and the
     layout ignores the study's other envs."""
-    sok = fake_runs({"grpo": 0.6, "seed": 0.8}, envs=("sokoban",))
-    ez = fake_runs({"grpo": 0.8, "seed": 0.9}, envs=("ezpoints",))
+    sok = fake_runs({"grpo": 0.6, "seed": 0.8}, envs=("sokoban",)).assign(**IMAGES)
+    ez = fake_runs({"grpo": 0.8, "seed": 0.9}, envs=("ezpoints",)).assign(**IMAGES)
     house = fake_runs({"grpo": 0.3, "seed": 0.4}, envs=("household",))
     ez = ez[~((ez["method"] == "seed") & (ez["seed"] == 2))]  # seed 2 of SEED missed EZPoints
     layout = LAYOUTS["seed_multimodal"]
@@ -258,14 +259,29 @@ def test_multimodal_table_is_skipped_without_its_envs():
     assert isinstance(summarize_layout(runs, LAYOUTS["seed_multimodal"]), Skipped)
 
 
+@pytest.mark.parametrize("images", [None, False])
+def test_no_multimodal_table_for_a_text_only_study(images):
+    """A text-only EZPoints study (the quickstart: env.images false, or a store that
+    predates the param) gets no multimodal table; its reason names env.images."""
+    runs = fake_runs({"grpo": 0.5, "seed": 0.7}, envs=("ezpoints", "sokoban"))
+    if images is not None:
+        runs = runs.assign(**{"env.images": images})
+    result = summarize_layout(runs, LAYOUTS["seed_multimodal"])
+    assert isinstance(result, Skipped) and "env.images" in result.reason
+    assert "needs a vision env" in result.reason
+
+
 def test_levels_are_columns_never_row_labels_so_the_average_pairs_them():
     """Two sokoban levels and EZPoints: each level is a column, the rows read "GRPO" and
     "SEED" (not "GRPO (level=1box)"), and the average covers all three columns per seed."""
-    one = fake_runs({"grpo": 0.6, "seed": 0.8}, envs=("sokoban",)).assign(**{"env.level": "1box"})
-    two = fake_runs({"grpo": 0.4, "seed": 0.5}, envs=("sokoban",)).assign(**{"env.level": "2box"})
+    one = fake_runs({"grpo": 0.6, "seed": 0.8}, envs=("sokoban",)).assign(**{"env.level": "1box"},
+                                                                         **IMAGES)
+    two = fake_runs({"grpo": 0.4, "seed": 0.5}, envs=("sokoban",)).assign(**{"env.level": "2box"},
+                                                                         **IMAGES)
     two["run_id"] += "-2box"
     two["cell_id"] += "-2box"
-    ez = fake_runs({"grpo": 0.8, "seed": 0.9}, envs=("ezpoints",)).assign(**{"env.level": "full"})
+    ez = fake_runs({"grpo": 0.8, "seed": 0.9}, envs=("ezpoints",)).assign(**{"env.level": "full"},
+                                                                         **IMAGES)
     layout = LAYOUTS["seed_multimodal"]
     table = layout.table(summarize_layout(pd.concat([one, two, ez], ignore_index=True), layout,
                                           n_boot=N_BOOT))

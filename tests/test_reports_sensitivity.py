@@ -56,6 +56,37 @@ def test_search_report_has_best_trials_slices_contour_and_importances(tmp_path):
     assert "gate_sensitivity" not in text and "β=2.39, λ=0.0196" in text
 
 
+def test_a_search_whose_trials_tie_reports_everything_else(tmp_path):
+    """Four trials that score the same (this file's household search on CPU scored 0% on
+    every run): no importances, said in one line of the index, and every other table and
+    figure written."""
+    study = load_study(EXAMPLES / "sensitivity.yaml")
+    trials = [make_trial(study, {"algo.beta_opd": b, "algo.lambda_opd": lam}, seed)
+              for b, lam in POINTS for seed in study.seeds]
+    runs = study_frame(study, trials=trials, score=lambda cfg: 0.0)
+    runs[study.search.metric] = 0.0  # no seed noise: every run at 0%
+    found = sensitivities(prepare_runs(runs), FINAL_SUCCESS, search=True)
+    skipped = importances(found[0])
+    assert isinstance(skipped, Skipped)
+    env = study.base.env.name
+    assert skipped.reason.startswith(f"all 4 cells of {env} score 0 (the trials tie)")
+    text = build_report(ReportInputs.from_frames(runs, search=True, expected=8, n_boot=20),
+                        tmp_path, study.name, "sha").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("- importance[seed]")]
+    assert lines == [f"- importance[seed]: {skipped.reason}"]
+    # every file a search whose trials differ gets, but the importance table
+    _, differ = _search_runs()
+    build_report(ReportInputs.from_frames(differ, search=True, expected=8, n_boot=20),
+                 tmp_path / "differ", study.name, "sha")
+    files = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")
+             if p.is_file() and "differ" not in p.parts}
+    other = {p.relative_to(tmp_path / "differ").as_posix()
+             for p in (tmp_path / "differ").rglob("*") if p.is_file()}
+    assert files == other - {f"tables/sensitivity_seed_importance.{x}" for x in ("md", "tex",
+                                                                                   "json")}
+    assert (tmp_path / "figures" / "sensitivity_seed.png").stat().st_size > 5_000
+
+
 def test_one_axis_grid_is_a_curve_and_grpo_is_never_plotted_against_beta():
     parts = []
     for beta in (1.0, 5.0):

@@ -4,7 +4,9 @@ failures, skip/retry, new cells only, MLflow parent/child layout, Optuna search,
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import time
 from pathlib import Path
 
 import optuna
@@ -141,3 +143,31 @@ def test_console_one_line_per_trial_start_and_end_worker_output_in_trial_logs(tm
         assert f"{fakes.CHATTER} (print, seed" in text and f"{fakes.CHATTER} (logging)" in text
         assert f"{fakes.CHATTER}: 100%" in text  # the tqdm bar
         assert runs[0].data.tags["hindsight.node_id"]
+
+
+def test_durations_are_each_trials_own_not_the_time_since_launch(tmp_path):
+    """Two slots, three trials of about 3 s: the third waits for a slot, yet its MLflow
+    run starts and ends with its trial (the UI's Duration is the trial's wall time) and the
+    console's "(N s)" is the trial's own, not the time since the sweep's launch."""
+    study = _study(tmp_path, {"seed": [0, 1, 2]}, max_concurrent=2)
+    lines: list[str] = []
+    launched = time.time()
+    status = run_study(study, train_fn=fakes.timed_train, echo=lines.append)
+    assert status.complete
+    runs = sorted((r for rs in study_children(study).values() for r in rs),
+                  key=lambda r: r.info.start_time)
+    assert len(runs) == 3
+    first_end = min(r.info.end_time for r in runs[:2]) / 1000
+    third = runs[2]
+    own = json.loads((Path(third.data.tags["hindsight.log"]).parent / "timed.json").read_text())
+    start, end = third.info.start_time / 1000, third.info.end_time / 1000
+    assert start >= first_end - 0.5  # created when its trial started, after a slot freed
+    assert own["end"] - own["start"] >= 3.0
+    # MLflow's duration is the trial's (plus creating and closing the run), far from the
+    # time since launch (at least two trials' worth)
+    assert 0.0 <= (end - start) - (own["end"] - own["start"]) < 2.0
+    assert end - launched > (end - start) + 2.5
+    seed = third.data.tags["seed"]
+    line = next(x for x in lines if x.startswith("[") and f"seed={seed}" in x)
+    seconds = int(re.search(r"\((\d+) s\)", line).group(1))
+    assert abs(seconds - (end - start)) <= 2.0, (line, end - start)
