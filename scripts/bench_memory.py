@@ -39,10 +39,10 @@ def measure(overrides: list[str], out: str) -> dict:
     """In this process: one RL step of the config; the resident-set growth it caused."""
     import torch
 
-    from trainer.config import load_config, resolve
-    from trainer.context import build_context, env_factory, start_rl
-    from trainer.memory import plan_memory
-    from trainer.rl import PhaseTimer, collect_batch, update
+    from trainer.run.components import build_context, env_factory, start_rl
+    from trainer.run.memory import plan_memory
+    from trainer.run.resolve import load_config, resolve
+    from trainer.stages.rl import PhaseTimer, collect_batch, update
 
     torch.set_num_threads(1)
     cfg = resolve(load_config(ROOT / "tests" / "data" / "train_micro.yaml", [*overrides, f"output.dir={out}"]))

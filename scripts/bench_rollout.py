@@ -31,11 +31,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from trainer.backend import GenerationBackend, TransformersBackend
-    from trainer.config import load_config, resolve
-    from trainer.context import build_context
-    from trainer.rollout import Sampling, collect
-    from trainer.stages import bundle_path
+    from trainer.episodes.rollout import Sampling, collect
+    from trainer.models.backends import GenerationBackend, TransformersBackend
+    from trainer.run.components import build_context
+    from trainer.run.resolve import load_config, resolve
+    from trainer.stages.warm_start import bundle_path
 
     class Prefill(TransformersBackend):
         reuse_prefixes = GenerationBackend.reuse_prefixes

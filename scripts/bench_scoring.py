@@ -19,9 +19,10 @@ import torch
 
 from envs.base import Episode, Task, Turn, format_response
 from trainer.config import TinyModelConfig
-from trainer.models import build_tiny_model, train_tokenizer
-from trainer.samples import SampleBuilder, Trajectory, encode
-from trainer.scoring import sequence_logprobs
+from trainer.episodes.samples import SampleBuilder, Trajectory
+from trainer.episodes.scoring import sequence_logprobs
+from trainer.models.backbones import build_tiny_model, train_tokenizer
+from trainer.models.chat import encode
 
 PLACES = [
     "cabinet",

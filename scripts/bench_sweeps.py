@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweeps.runner import init_ray, run_study
 from sweeps.study import parse_study
-from trainer.tracking import RunLogger
+from trainer.run.tracking import RunLogger
 
 
 @dataclass

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import torch
 
-from trainer.config import apply_overrides, load_config, resolve
-from trainer.context import build_context, start_rl
-from trainer.rl import PhaseTimer, collect_batch, update
-from trainer.stages import bundle_path, check_bundle
+from trainer.config import apply_overrides
+from trainer.run.components import build_context, start_rl
+from trainer.run.resolve import load_config, resolve
+from trainer.stages.rl import PhaseTimer, collect_batch, update
+from trainer.stages.warm_start import bundle_path, check_bundle
 
 TARGETS = {"seed": 1.2, "etro": 1.25}
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "household_small.yaml"

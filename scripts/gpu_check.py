@@ -183,8 +183,8 @@ def memory(device: str) -> dict[str, float]:
 def warm_up(ctx) -> None:
     """First calls pay for kernel selection and allocator growth: one short rollout of two
     episodes and a scored forward/backward, before anything is timed."""
-    from trainer.rollout import Sampling, collect
-    from trainer.scoring import score_trajectories
+    from trainer.episodes.rollout import Sampling, collect
+    from trainer.episodes.scoring import score_trajectories
 
     trajs, _ = collect(ctx.make_env, ctx.train_tasks[:2], ctx.builder, ctx.backend, Sampling(4), seed=0)
     batch, _ = score_trajectories(ctx.model, ctx.builder, trajs, micro_batch=16, grad=True)
@@ -204,9 +204,10 @@ def _probe(model):
 def measure_method(base, method: str, device: str, warm: bool) -> tuple[dict, object]:
     """One RL step of ``method`` from a fresh context.  Returns the result and what the
     scoring pass needs of it: (tokenizer, sample builder, the step's trajectories)."""
-    from trainer.config import apply_overrides, resolve
-    from trainer.context import build_context, start_rl
-    from trainer.rl import PhaseTimer, collect_batch, update
+    from trainer.config import apply_overrides
+    from trainer.run.components import build_context, start_rl
+    from trainer.run.resolve import resolve
+    from trainer.stages.rl import PhaseTimer, collect_batch, update
 
     cfg = resolve(apply_overrides(base, {"algo.method": method}))
     ctx = build_context(cfg)
@@ -258,7 +259,7 @@ def memory_estimate(cfg, device: str) -> float | None:
     CPU's peak resident set is the whole process's, not comparable)."""
     import torch
 
-    from trainer.memory import plan_memory
+    from trainer.run.memory import plan_memory
 
     if device != "cuda":
         return None
@@ -271,10 +272,11 @@ def measure_rollout_backends(base, device: str) -> dict:
     tasks: generated tokens/s of each and their ratio (the goal: vLLM at least 5x)."""
     import importlib.util
 
-    from trainer.backend import request_seed
-    from trainer.config import apply_overrides, resolve
-    from trainer.context import build_context
-    from trainer.rollout import Sampling, collect
+    from trainer.config import apply_overrides
+    from trainer.episodes.rollout import Sampling, collect
+    from trainer.models.backends import request_seed
+    from trainer.run.components import build_context
+    from trainer.run.resolve import resolve
 
     if importlib.util.find_spec("vllm") is None:
         return {"status": "not measured: vLLM is not installed on this machine"}
@@ -300,9 +302,9 @@ def measure_rollout_backends(base, device: str) -> dict:
 
 def measure_scoring(backbone: str, kept, dtype: str, device: str, seed: int) -> dict:
     """A no-grad scoring pass of ``backbone`` over the GRPO step's trajectories."""
-    from trainer.models import resolve_dtype
-    from trainer.scoring import score_trajectories
-    from trainer.shapes import build_shaped_model
+    from trainer.episodes.scoring import score_trajectories
+    from trainer.models.backbones import resolve_dtype
+    from trainer.models.paper_shapes import build_shaped_model
 
     tokenizer, builder, trajectories = kept
     reset_memory(device)
@@ -432,7 +434,8 @@ def track(results: dict, base, db: Path) -> str:
     ``hindsight.kind=gpu_check``), metrics in one batch each, the results JSON as an
     artifact.  Returns the store's URI."""
     from trainer.config import apply_overrides
-    from trainer.tracking import KIND_TAG, RunLogger, git_sha, sqlite_uri
+    from trainer.run.store import git_sha, sqlite_uri
+    from trainer.run.tracking import KIND_TAG, RunLogger
 
     uri = sqlite_uri(db)
     results["environment"]["git_sha"] = git_sha()
@@ -466,7 +469,8 @@ def check(args: argparse.Namespace) -> dict:
     methods = _methods(args)
     import torch
 
-    from trainer.config import ConfigError, apply_overrides, resolve
+    from trainer.config import ConfigError, apply_overrides
+    from trainer.run.resolve import resolve
 
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
     device = "cpu" if device == "auto" else device

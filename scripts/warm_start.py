@@ -35,8 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from trainer.config import apply_overrides, load_config, resolve
-    from trainer.stages import evaluate_policy, save_bundle, train_warm_start, writer_validity
+    from trainer.config import apply_overrides
+    from trainer.run.resolve import load_config, resolve
+    from trainer.stages.evaluate import evaluate_policy
+    from trainer.stages.skill_sft import writer_validity
+    from trainer.stages.warm_start import save_bundle, train_warm_start
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sweeps.study import Study
-from trainer.tracking import POSTGRES_SCHEMES, db_lock
+from trainer.run.store import POSTGRES_SCHEMES, db_lock
 
 
 def lock_url(study: Study) -> str:

@@ -13,7 +13,7 @@ import socket
 from urllib.parse import urlsplit
 
 from trainer.config import ConfigError
-from trainer.tracking import redact_url
+from trainer.run.tracking import redact_url
 
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432, "mysql": 3306}
 RAY_DEFAULT_PORT = 6379

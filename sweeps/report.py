@@ -7,14 +7,13 @@ study's parent MLflow run.
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
-from sweeps.cli import CommandError
+from sweeps.cli.errors import CommandError
 from sweeps.status import find_parent
 from sweeps.study import expand, load_study
-from trainer.tracking import git_sha, make_client, with_retry
+from trainer.run.store import git_sha, make_client, with_retry
 
 CURVE_KEYS = ("train/success", "train/episode_length", "train/entropy", "train/score")
 
@@ -79,11 +78,3 @@ def _log_on_parent(study, out_dir: Path) -> bool:
         return False
     with_retry(client.log_artifacts, parent.info.run_id, str(out_dir), "report")
     return True
-
-
-def report_command(args: argparse.Namespace) -> int:
-    """Regenerate a study's paper tables and figures from its tracked runs (index.md and
-    index.html, logged on the study's parent run)."""
-    build_study_report(args.study, args.report_dir, args.external, args.n_boot, out=args.out,
-                       cells=args.cells, ci=args.ci, ui_url=args.ui_url)
-    return 0

@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -51,26 +50,19 @@ from sweeps.study import (
     Trial,
     describe_overrides,
     expand,
-    load_study,
     make_trial,
-    study_configs,
 )
 from trainer.config import ConfigError, from_dict, to_dict
-from trainer.extras import check_extras
-from trainer.tracking import (
-    EXPERIMENT_KIND_TAGS,
+from trainer.run.store import EXPERIMENT_KIND_TAGS, experiment_id, git_sha, make_client, with_retry
+from trainer.run.tracking import (
     KIND_TAG,
     NOTE_TAG,
     TERMINAL_STATUSES,
     RunLogger,
     cell_id,
-    experiment_id,
-    git_sha,
-    make_client,
     redact,
     run_tags,
     secret_values,
-    with_retry,
 )
 
 TrainFn = Callable[..., Any]
@@ -78,7 +70,7 @@ TrainFn = Callable[..., Any]
 
 def default_train_fn(cfg, *, run_id=None, resume=False, progress=True):
     """``trainer.run.train``, imported lazily (inside the trial's worker)."""
-    from trainer.run import train
+    from trainer.run.loop import train
 
     return train(cfg, run_id=run_id, resume=resume, progress=progress)
 
@@ -643,18 +635,3 @@ def _finish_parent(client: MlflowClient, parent_id: str, study: Study) -> StudyS
 
 
 # ---------------------------------------------------------------------------- the command
-
-
-def sweep_command(args: argparse.Namespace) -> int:
-    """Launch or continue a study on Ray Tune; exit 0 when every (cell, seed) has finished."""
-    study = load_study(args.study, out=args.out)
-    if not (args.address or study.ray_address):  # a cluster's workers have their own packages
-        for cfg in study_configs(study):
-            check_extras(cfg)
-    status = run_study(study, retry_failed=args.retry_failed, max_concurrent=args.max_concurrent,
-                       address=args.address, dry_run=args.dry_run, bar=sys.stderr.isatty())
-    if status is None:
-        return 0
-    print(status.format())
-    return 0 if status.complete else 1
-

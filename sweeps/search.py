@@ -30,7 +30,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from sweeps.study import ParamSpace, SearchSpec, Study
-from trainer.tracking import db_lock
+from trainer.run.store import db_lock
 
 OBJECTIVE = "objective"
 DRIVER_ATTR = "hindsight_driver"

@@ -8,7 +8,6 @@ or only a SCHEDULED one that never started).
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -20,9 +19,10 @@ from typing import Any
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from sweeps.study import Study, describe_overrides, distinguishing, expand, load_study
+from sweeps.study import Study, describe_overrides, distinguishing, expand
 from trainer.config import ConfigError
-from trainer.tracking import KIND_TAG, make_client, redact_url, with_retry
+from trainer.run.store import make_client, with_retry
+from trainer.run.tracking import KIND_TAG, redact_url
 
 STATES = ("finished", "running", "failed", "missing")
 Key = tuple[str, int]
@@ -163,11 +163,6 @@ def _number(text: str | None) -> Any:
 # ---------------------------------------------------------------------------- commands
 
 
-def status_command(args: argparse.Namespace) -> int:
-    """Show a study's cells x seeds table (finished/running/failed/missing); exit 0 when complete."""
-    status = study_status(load_study(args.study, out=args.out))
-    print(status.format())
-    return 0 if status.complete else 1
 
 
 # Server-side noise a UI user cannot act on: third-party deprecation warnings, MLflow's job
@@ -277,21 +272,3 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def ui_command(args: argparse.Namespace) -> int:
-    """Serve the MLflow UI for a study's store on 127.0.0.1 until Ctrl-C or SIGTERM."""
-    if args.workers < 1:
-        raise ConfigError(f"--workers: expected an integer >= 1, got {args.workers}")
-    study = load_study(args.study, out=args.out)
-    argv = ui_argv(study, args.port, args.workers, args.host, args.backend_store_uri,
-                   args.artifacts_destination)
-    base_url = f"http://{args.host}:{args.port}"
-    print(f"MLflow UI for study {study.name} at {base_url} (Ctrl-C stops it)")
-    if args.host != LOOPBACK:
-        print(f"  listening on {args.host}: other machines can reach it (default: {LOOPBACK})")
-    links = study_links(study, base_url, args.backend_store_uri)
-    for line in links or [f"no runs yet: launch `hindsight sweep {args.study}`"]:
-        print(f"  {line}")
-    sys.stdout.flush()
-    return serve(argv, {**os.environ, **UI_ENV})

@@ -45,11 +45,12 @@ from trainer.config import (
     apply_overrides,
     flatten,
     from_dict,
-    load_config,
     read_yaml,
     unknown_key_error,
 )
-from trainer.tracking import cell_id, sqlite_uri
+from trainer.run.resolve import load_config
+from trainer.run.store import sqlite_uri
+from trainer.run.tracking import cell_id
 
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
 

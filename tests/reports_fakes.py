@@ -80,8 +80,10 @@ def study_store(study, uri: str, *, score=None, drop=(), fail=(), steps=(0, 1, 2
     from mlflow.tracking import MlflowClient
 
     from sweeps.study import expand
-    from trainer.config import flatten, resolve
-    from trainer.tracking import KIND_TAG, experiment_id, method_writer
+    from trainer.config import flatten
+    from trainer.run.resolve import resolve
+    from trainer.run.store import experiment_id
+    from trainer.run.tracking import KIND_TAG, method_writer
 
     client = MlflowClient(uri)
     exp = experiment_id(client, study.experiment)
@@ -126,7 +128,8 @@ def study_frame(study, *, score=None, trials=None) -> pd.DataFrame:
     ``expand(study)``) are :class:`sweeps.study.Trial` s, e.g. a search's points."""
     from analysis.loader import RUN_COLUMNS, _coerce_params, _Run, _run_row
     from sweeps.study import expand
-    from trainer.config import flatten, resolve
+    from trainer.config import flatten
+    from trainer.run.resolve import resolve
 
     rows = []
     for i, trial in enumerate(expand(study) if trials is None else trials):
@@ -160,7 +163,7 @@ def every_diagnostic(backbones=("Qwen/Qwen2.5-7B-Instruct",),
     written boundaries, gates and returns, household evaluation records per family, and
     evaluation histories at step 0 and 10 (gain over the warm start, evaluation curves)."""
     from reports.layouts import LAYOUTS
-    from trainer.tracking import method_writer
+    from trainer.run.tracking import method_writer
 
     def runs_of(methods, envs, suffix="", images=False, shift=0.0, **params):
         part = fake_runs({m: 0.4 + 0.01 * len(m) + shift for m in methods}, envs=envs,

@@ -20,7 +20,7 @@ from pathlib import Path
 if __name__ == "__main__":  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.tracking import RunLogger
+from trainer.run.tracking import RunLogger
 
 STEPS = 3
 
@@ -131,7 +131,7 @@ def node_train(cfg, *, run_id=None, resume=False, progress=True):
 def counted_train(cfg, *, run_id=None, resume=False, progress=True):
     """fake_train that appends ``<cell id> <seed>`` to ``<study out>/trainings.txt`` each
     time it trains a pair (the distributed-search test counts duplicates there)."""
-    from trainer.tracking import cell_id
+    from trainer.run.tracking import cell_id
 
     with open(Path(cfg.output.dir).parents[1] / "trainings.txt", "a") as out:
         out.write(f"{cell_id(cfg)} {cfg.seed}\n")

@@ -312,7 +312,8 @@ def test_seed_no_self_evolving_resolves_to_stage1_then_plain_grpo():
     """SEED Table 2's "w/o self-evolving" (the review: Stage 1's supervision without the
     Stage-2 distillation loop) runs skill SFT and no OPD; the stale analyzer is another
     method, ``seed_stale``, which keeps OPD from a never-refreshed writer."""
-    from trainer.config import RunConfig, apply_overrides, resolve
+    from trainer.config import RunConfig, apply_overrides
+    from trainer.run.resolve import resolve
 
     cfg = resolve(apply_overrides(RunConfig(), {"algo.method": "seed_no_self_evolving"}))
     assert cfg.stages.skill_sft.enabled is True
@@ -325,7 +326,8 @@ def test_seed_no_self_evolving_resolves_to_stage1_then_plain_grpo():
 def test_sdar_is_not_passed_off_as_reproduced():
     """SDAR's student-uncertainty term is not defined by the papers followed here: the name
     is refused with the reason and the alternative, in the registry and in a config."""
-    from trainer.config import ConfigError, RunConfig, apply_overrides, resolve
+    from trainer.config import ConfigError, RunConfig, apply_overrides
+    from trainer.run.resolve import resolve
 
     with pytest.raises(ValueError, match="'sdar' was removed: SDAR's gate depends on the "
                                          "student's uncertainty.*'gated_static'"):

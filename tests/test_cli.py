@@ -1,4 +1,4 @@
-"""sweeps/cli.py: exit codes, one-line errors on stderr, subcommand dispatch.  The method
+"""sweeps/cli/: exit codes, one-line errors on stderr, subcommand dispatch.  The method
 table is the stand-in tests/data/fake_algos.py; trainer.run and sweeps.study are faked."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import trainer.run.resolve as resolve_module
 from sweeps import cli
+from sweeps.cli import configs, training
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -25,14 +27,15 @@ def fake_algos(monkeypatch):
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "fake_algos", module)  # dataclasses look it up
     spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "trainer.algos", module)
+    monkeypatch.setattr(resolve_module, "algos", module)  # the registry resolution reads
+    monkeypatch.setattr(configs, "algos", module)  # the one `methods` lists
     return module
 
 
 @pytest.fixture
 def fake_run(monkeypatch):
     """A fake trainer.run recording its calls; ``status`` sets the returned run status."""
-    module = types.ModuleType("trainer.run")
+    module = types.ModuleType("trainer.run.loop")
     module.calls, module.status = [], "FINISHED"
 
     def train(cfg, *, run_id=None, resume=False, progress=True):
@@ -45,7 +48,7 @@ def fake_run(monkeypatch):
         return {"eval/eval_seen/success": 0.5, "eval/eval_seen/episode_length": 7.25}
 
     module.train, module.evaluate = train, evaluate
-    monkeypatch.setitem(sys.modules, "trainer.run", module)
+    monkeypatch.setattr(training, "loop", module)
     return module
 
 
@@ -103,7 +106,7 @@ def test_validate_dispatches_study_files(monkeypatch, capsys):
     module = types.ModuleType("sweeps.study")
     module.load_study = load_study
     module.study_configs = lambda study: []
-    monkeypatch.setitem(sys.modules, "sweeps.study", module)
+    monkeypatch.setattr(configs, "study_module", module)
     study = str(DATA / "study_min.yaml")
     assert run_main(capsys, "validate", study) == (0, f"ok: study {study} (name=cli-test)\n", "")
     assert seen == [study]
@@ -120,11 +123,14 @@ def test_validate_dispatches_study_files(monkeypatch, capsys):
 
 
 def test_validate_study_without_sweeps_study_module(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "sweeps.study", None)  # import raises ModuleNotFoundError
+    """A module of the project missing from a broken install is one line naming it."""
+    def broken(args):
+        raise ModuleNotFoundError("No module named 'sweeps.study'", name="sweeps.study")
+
+    monkeypatch.setattr(configs, "validate_command", broken)
     code, out, err = run_main(capsys, "validate", str(DATA / "study_min.yaml"))
     assert (code, out) == (2, "")
-    assert_one_line_error(err, "validating a study file needs sweeps.study, which is not "
-                               "available in this install yet")
+    assert_one_line_error(err, "sweeps.study is missing from this install of hindsight-lab; reinstall it")
 
 
 # --- methods ------------------------------------------------------------------------------
@@ -135,15 +141,22 @@ def test_methods_prints_the_registry_table(fake_algos, capsys):
     lines = out.splitlines()
     assert (code, err) == (0, "")
     assert lines[0].split() == ["method", "parts", "writer", "teacher", "lambda", "summary"]
-    assert len(lines) == 1 + len(fake_algos.METHODS)
+    table, parts = lines[:lines.index("")], lines[lines.index("") + 1:]
+    assert len(table) == 1 + len(fake_algos.METHODS)
     seed = next(line for line in lines if line.startswith("seed "))
     assert seed.split()[:5] == ["seed", "grpo", "+", "seed_gated", "self"]
     assert seed.endswith("current  0.01    SEED: gated hindsight OPD")
     assert "  -  " in next(line for line in lines if line.startswith("open "))  # no lambda
+    # every part the methods use, once, with the file, line and function of its code
+    assert parts[0].split() == ["part", "name", "code"]
+    rows = {tuple(line.split()[:3]) for line in parts[1:]}
+    assert ("OPD", "loss", "seed_gated") in rows and ("credit", "rule", "etro") in rows
+    opd = next(line for line in parts if "seed_gated" in line)
+    assert opd.endswith("tests/data/fake_algos.py:59  fake_algos:seed_gated_part"), opd
 
 
 def test_format_table_pads_all_but_the_last_column():
-    assert cli.format_table(["a", "bb", "c"], [["xxx", "y", "long text"]]) == (
+    assert configs.format_table(["a", "bb", "c"], [["xxx", "y", "long text"]]) == (
         "a    bb  c\nxxx  y   long text")
 
 
@@ -186,10 +199,13 @@ def test_eval_prints_metrics(fake_algos, fake_run, capsys, tmp_path, monkeypatch
 
 
 def test_train_without_trainer_run_module(fake_algos, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "trainer.run", None)
+    def broken(args):
+        raise ModuleNotFoundError("No module named 'trainer.run.loop'", name="trainer.run.loop")
+
+    monkeypatch.setattr(training, "train_command", broken)
     code, _, err = run_main(capsys, "train", RUN)
     assert code == 2
-    assert_one_line_error(err, "training needs trainer.run, which is not available")
+    assert_one_line_error(err, "trainer.run.loop is missing from this install of hindsight-lab")
 
 
 # --- parser, extension point, subprocess --------------------------------------------------

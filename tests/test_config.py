@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import trainer.run.resolve as resolve_module
 from trainer.config import (
     DEFAULT_LR,
     DEFAULT_LR_TINY,
@@ -21,12 +22,11 @@ from trainer.config import (
     canonical_json,
     flatten,
     from_dict,
-    load_config,
     read_yaml,
-    resolve,
     to_dict,
     yaml_load,
 )
+from trainer.run.resolve import load_config, resolve
 
 DATA = Path(__file__).parent / "data"
 ALGO_KEYS = ("adv_eps, beta_opd, clip_eps, clip_ratio_c, grad_clip, kl_clamp, kl_coef, lambda_opd, "
@@ -40,7 +40,7 @@ def fake_algos(monkeypatch):
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "fake_algos", module)  # dataclasses look it up
     spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "trainer.algos", module)
+    monkeypatch.setattr(resolve_module, "algos", module)  # the registry resolution reads
     return module
 
 
@@ -323,7 +323,7 @@ def test_env_level_and_admissible_switch_resolve_per_env():
 
 
 def test_env_factory_passes_level_and_switch_to_the_env():
-    from trainer.context import env_factory
+    from trainer.run.components import env_factory
 
     env = env_factory(resolve(apply_overrides(RunConfig(), ["env.level=small", "env.show_admissible=false"])))()
     assert (env.level, env.show_admissible) == ("small", False)
@@ -342,7 +342,7 @@ def test_rewards_are_the_binary_outcome_by_default_and_the_penalty_a_setting():
     """The papers train on a binary outcome (ETRO Sec. 3.2; SEED review): by default an
     invalid step costs nothing, so an episode's return is 1 on success and 0 otherwise;
     ``env.invalid_penalty`` reaches the env when a study sets it (verl-agent uses 0.1)."""
-    from trainer.context import env_factory
+    from trainer.run.components import env_factory
 
     assert RunConfig().env.invalid_penalty == 0.0
     for penalty, reward in ((None, 0.0), (0.1, -0.1)):
@@ -356,7 +356,8 @@ def test_rewards_are_the_binary_outcome_by_default_and_the_penalty_a_setting():
 def test_teacher_current_is_refused_where_delta_feeds_the_advantages():
     """ETRO's family and RLSD route Delta into advantages computed once before the update, so
     algo.teacher=current would be resolved, logged and not run: an error instead."""
-    from trainer.config import ConfigError, RunConfig, apply_overrides, resolve
+    from trainer.config import ConfigError, RunConfig, apply_overrides
+    from trainer.run.resolve import resolve
 
     for method in ("etro", "rlsd"):
         cfg = apply_overrides(RunConfig(), {"algo.method": method, "algo.teacher": "current"})

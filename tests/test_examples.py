@@ -59,7 +59,7 @@ def test_paper_studies_set_lambda_opd_per_method(name):
     """No shared lambda_opd in a paper study's base: each method runs at its own paper value
     (a base 0.001 made GRPO+OPSD run at ETRO's coefficient)."""
     from trainer.algos import get_method
-    from trainer.config import resolve
+    from trainer.run.resolve import resolve
 
     for trial in expand(load_study(EXAMPLES / "papers" / name)):
         method = trial.cfg.algo.method
@@ -102,9 +102,9 @@ def test_text_games_example_runs_one_rl_step_end_to_end(tmp_path, env, method, i
     15, item 3), with the oracle writer (ETRO) and the self writer (SEED); and on sokoban's
     images with the tiny vision-language backbone (item 2: warm start, Stage 1 and a SEED
     step whose rollouts, teacher and student read the images)."""
-    from trainer.config import load_config
-    from trainer.run import train
-    from trainer.tracking import make_client
+    from trainer.run.loop import train
+    from trainer.run.resolve import load_config
+    from trainer.run.store import make_client
 
     cfg = load_config(EXAMPLES / "text_games_small.yaml", [
         f"env.name={env}", f"algo.method={method}", *_TEXT_GAMES_TEST_SIZE, *(_IMAGES if images else []),

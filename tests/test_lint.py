@@ -25,7 +25,7 @@ FORMATTED = (
     "tests/test_docs.py",
     "tests/test_lint.py",
     "tests/test_reports_html.py",
-    "trainer/extras.py",
+    "trainer/run/dependencies.py",
 )
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 

@@ -20,7 +20,7 @@ import pytest
 from test_reports_html import _report
 
 from sweeps.status import UI_ENV
-from trainer.tracking import experiment_id, make_client, sqlite_uri
+from trainer.run.store import experiment_id, make_client, sqlite_uri
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from reports_fakes import study_frame
 from analysis.diagnostics import Skipped
 from reports.layouts import LAYOUTS, prepare_runs, summarize_layout
 from sweeps.study import load_study
-from trainer.config import resolve
+from trainer.run.resolve import resolve
 
 PAPERS = Path(__file__).resolve().parent.parent / "examples" / "papers"
 # study file -> (layouts it must produce, the env column group those tables show)

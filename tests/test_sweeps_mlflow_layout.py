@@ -25,7 +25,8 @@ from sweeps.runner import (
 )
 from sweeps.study import expand, load_study
 from trainer.config import from_dict, to_dict
-from trainer.tracking import NOTE_TAG, experiment_id, make_client
+from trainer.run.store import experiment_id, make_client
+from trainer.run.tracking import NOTE_TAG
 
 
 def test_a_study_reads_well_in_mlflow(tmp_path, monkeypatch):

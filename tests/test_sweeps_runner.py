@@ -15,8 +15,9 @@ import sweeps_fakes as fakes
 import yaml
 from mlflow.tracking import MlflowClient
 
+from sweeps.cli.studies import status_command
 from sweeps.runner import init_ray, run_study
-from sweeps.status import status_command, study_children
+from sweeps.status import study_children
 from sweeps.study import load_study
 
 pytestmark = pytest.mark.slow  # Ray start and Tune runs take tens of seconds on 2 CPUs

@@ -19,8 +19,10 @@ import yaml
 from sweeps.runner import ensure_parent
 from sweeps.status import study_links, study_status, ui_argv
 from sweeps.study import describe_overrides, distinguishing, expand, load_study
-from trainer.config import ConfigError, flatten, resolve
-from trainer.tracking import experiment_id, make_client, run_tags
+from trainer.config import ConfigError, flatten
+from trainer.run.resolve import resolve
+from trainer.run.store import experiment_id, make_client
+from trainer.run.tracking import run_tags
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ import yaml
 from sweeps.runner import plan_trials
 from sweeps.study import expand, load_study, parse_study
 from trainer.config import ConfigError
-from trainer.tracking import cell_id
+from trainer.run.tracking import cell_id
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "smoke_study.yaml"
 

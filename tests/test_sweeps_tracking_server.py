@@ -21,8 +21,10 @@ from services import Unavailable, free_port, mlflow_server, postgres, service_en
 
 from sweeps.status import study_children
 from sweeps.study import load_study
-from trainer.config import flatten, from_dict, resolve
-from trainer.tracking import experiment_id, make_client, truncate
+from trainer.config import flatten, from_dict
+from trainer.run.resolve import resolve
+from trainer.run.store import experiment_id, make_client
+from trainer.run.tracking import truncate
 
 pytestmark = pytest.mark.services
 FAKES = Path(__file__).resolve().parent / "sweeps_fakes.py"

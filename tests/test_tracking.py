@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from trainer.config import RunConfig, apply_overrides, flatten, resolve, to_dict
-from trainer.tracking import RunLogger, cell_id, git_sha, tracking_uri, truncate, with_retry
+from trainer.config import RunConfig, apply_overrides, flatten, to_dict
+from trainer.run.resolve import resolve
+from trainer.run.store import git_sha, tracking_uri, with_retry
+from trainer.run.tracking import RunLogger, cell_id, truncate
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.backend import TransformersBackend, make_backend, request_seed
-from trainer.config import ModelConfig, VLLMConfig, load_config
-from trainer.models import load_pretrained
-from trainer.samples import TokenSequence, encode_chat
-from trainer.scoring import sequence_logprobs
-from trainer.stages import bundle_path
+from trainer.config import ModelConfig, VLLMConfig
+from trainer.episodes.samples import TokenSequence
+from trainer.episodes.scoring import sequence_logprobs
+from trainer.models.backbones import load_pretrained
+from trainer.models.backends import TransformersBackend, make_backend, request_seed
+from trainer.models.chat import encode_chat
+from trainer.run.resolve import load_config
+from trainer.stages.warm_start import bundle_path
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 NEEDS_VLLM = [pytest.mark.vllm, pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed here: "
@@ -155,9 +157,9 @@ def test_a_trial_builds_one_engine_and_seeds_every_request(tmp_path, monkeypatch
     """A SEED run (its self writer, Stage 1, the writer panel, evaluation) and a seed_static
     run (its self-written library) generate with the policy's one backend, and every request
     they send carries its own seed."""
-    import trainer.backend as backend_module
-    import trainer.context as context
-    from trainer.run import train
+    import trainer.models.backends as backend_module
+    import trainer.run.components as context
+    from trainer.run.loop import train
 
     built, calls = [], []
     real_make, real_generate = context.make_backend, backend_module.TransformersBackend.generate

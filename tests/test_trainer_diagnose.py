@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sweeps.cli import main
-from trainer.config import load_config, resolve
+from trainer.run.resolve import load_config, resolve
 
 MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 # The bundled warm start plays well enough to make decisive errors (a random micro policy
@@ -23,8 +23,8 @@ SETS = ["env.level=small", "stages.warm_start.enabled=false",
 
 
 def test_alignment_records_leave_the_actor_unchanged(tmp_path):
-    from trainer.context import build_context, start_rl
-    from trainer.diagnose import alignment_records
+    from trainer.protocols.alignment import alignment_records
+    from trainer.run.components import build_context, start_rl
 
     cfg = resolve(load_config(MICRO, [*SETS, "algo.method=etro", "writer.kind=oracle",
                                       "algo.kl_coef=0", f"output.dir={tmp_path}"]))
@@ -65,7 +65,7 @@ def test_diagnose_alignment_command_writes_the_figure(tmp_path, capsys):
 
 
 def test_an_actor_without_usable_turns_says_why_it_has_no_figure(tmp_path, capsys):
-    from trainer.context import build_context
+    from trainer.run.components import build_context
 
     ctx = build_context(resolve(load_config(MICRO, [f"output.dir={tmp_path / 'o'}"])))
     actor = tmp_path / "actor"  # an untrained micro policy: it never acts, no anchor varies

@@ -7,21 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import ConfigError, load_config, resolve
+from trainer.config import ConfigError
+from trainer.run.resolve import load_config, resolve
 
 MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
-    from trainer.context import build_context
+    from trainer.run.components import build_context
 
     out = tmp_path_factory.mktemp("eval")
     return build_context(resolve(load_config(MICRO, [f"output.dir={out}", "eval.max_tasks=3"])))
 
 
 def evaluate(ctx, **eval_fields):
-    from trainer.evaluate import evaluate_panels
+    from trainer.stages.evaluate import evaluate_panels
 
     base = ctx.cfg
     ctx.cfg = dataclasses.replace(base, eval=dataclasses.replace(base.eval, **eval_fields))

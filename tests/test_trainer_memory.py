@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from sweeps.cli import main
-from trainer.config import load_config, resolve
-from trainer.memory import GIB, HUB_CONFIGS, architecture, plan_memory
-from trainer.shapes import PAPER_SIZES
+from trainer.models.paper_shapes import PAPER_SIZES
+from trainer.run.memory import GIB, HUB_CONFIGS, architecture, plan_memory
+from trainer.run.resolve import load_config, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = sorted((ROOT / "examples" / "papers").glob("*.yaml"))

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from trainer.algos import get_method, method_names
-from trainer.config import load_config
-from trainer.tracking import make_client
+from trainer.run.resolve import load_config
+from trainer.run.store import make_client
 
 MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 
 
 def run_micro(tmp_path, method: str, env: str):
-    from trainer.run import train
+    from trainer.run.loop import train
 
     cfg = load_config(MICRO, [
         f"algo.method={method}", f"env.name={env}", "stages.rl.steps=1", "eval.max_tasks=1",

@@ -9,7 +9,9 @@ import time
 import pytest
 import torch
 
-from trainer.backend import (
+from trainer.config import ModelConfig, TinyModelConfig
+from trainer.models.backbones import build_tiny_model, load_model, load_smollm2, train_tokenizer
+from trainer.models.backends import (
     STOP_STRINGS,
     Generation,
     GenerationBackend,
@@ -17,9 +19,7 @@ from trainer.backend import (
     make_backend,
     sample_next,
 )
-from trainer.config import ModelConfig, TinyModelConfig
-from trainer.models import build_tiny_model, load_model, load_smollm2, train_tokenizer
-from trainer.samples import encode, encode_chat
+from trainer.models.chat import encode, encode_chat
 
 CORPUS = [
     "You are in the middle of a room. You see a fridge 1, a countertop 2 and a sinkbasin 1.",
@@ -208,8 +208,8 @@ def test_prompts_that_extend_no_kept_row_are_prefilled_afresh(tokenizer, model):
 
 def test_multi_turn_rollouts_are_identical_with_and_without_prefix_reuse(tokenizer, model):
     import envs
-    from trainer.rollout import Sampling, collect
-    from trainer.samples import SampleBuilder
+    from trainer.episodes.rollout import Sampling, collect
+    from trainer.episodes.samples import SampleBuilder
 
     make_env = lambda: envs.make("household", level="small", max_turns=4)
     env = make_env()
@@ -290,8 +290,8 @@ def test_saved_tokenizer_reads_every_env_text_as_the_same_ids(env_name, tmp_path
     Qwen2Tokenizer, which splits digits), the locally trained tokenizer must come back
     with identical ids for the environment's own text: numbers included."""
     import envs
-    from trainer.context import tokenizer_corpus
-    from trainer.models import load_pretrained
+    from trainer.models.backbones import load_pretrained
+    from trainer.run.components import tokenizer_corpus
 
     make_env = lambda: envs.make(env_name)
     texts = tokenizer_corpus(make_env, make_env().panel("train")[:12])
@@ -309,9 +309,10 @@ def test_saved_tokenizer_reads_every_env_text_as_the_same_ids(env_name, tmp_path
 def test_reloaded_tiny_policy_plays_identical_greedy_episodes(tmp_path):
     from pathlib import Path
 
-    from trainer.config import apply_overrides, load_config, resolve
-    from trainer.context import build_context
-    from trainer.rollout import Sampling, collect
+    from trainer.config import apply_overrides
+    from trainer.episodes.rollout import Sampling, collect
+    from trainer.run.components import build_context
+    from trainer.run.resolve import load_config, resolve
 
     micro = Path(__file__).parent / "data" / "train_micro.yaml"
     cfg = resolve(apply_overrides(load_config(micro), {"env.max_turns": 4, "model.device": "cpu"}))

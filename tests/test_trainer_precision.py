@@ -10,11 +10,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from sweeps.cli import main
-from trainer.models import load_pretrained
-from trainer.precision import autocast, compute_dtype, frozen_copy
-from trainer.samples import TokenSequence
-from trainer.scoring import sequence_logprobs
-from trainer.stages import bundle_path
+from trainer.episodes.samples import TokenSequence
+from trainer.episodes.scoring import sequence_logprobs
+from trainer.models.backbones import load_pretrained
+from trainer.models.precision import autocast, compute_dtype, frozen_copy
+from trainer.stages.warm_start import bundle_path
 
 EZPOINTS = Path(__file__).parents[1] / "examples" / "ezpoints_small.yaml"
 MATRIX = "model.layers.0.mlp.down_proj.weight"
@@ -84,7 +84,7 @@ def test_the_lm_head_keeps_no_float32_vocabulary_tensor_for_backward():
     logp.sum().backward()
     recomputed = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    from trainer import scoring
+    from trainer.episodes import scoring
 
     real = scoring._recomputed_head
     scoring._recomputed_head = scoring._head_logprobs  # the head without recomputation

@@ -13,7 +13,7 @@ from analysis.recovery import summarize_recovery
 from reports.diagnostic_tables import recovery_table
 from reports.tables import bold_cells, to_markdown
 from sweeps.cli import main
-from trainer.config import load_config, resolve
+from trainer.run.resolve import load_config, resolve
 
 MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 SMALL = ["env.level=small", "env.max_turns=12", "stages.warm_start.enabled=false"]
@@ -21,15 +21,15 @@ SMALL = ["env.level=small", "env.max_turns=12", "stages.warm_start.enabled=false
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
-    from trainer.context import build_context
+    from trainer.run.components import build_context
 
     out = tmp_path_factory.mktemp("recovery")
     return build_context(resolve(load_config(MICRO, [*SMALL, f"output.dir={out}"])))
 
 
 def test_continuations_start_from_the_perturbed_state(ctx):
-    from trainer.recovery import continuations, suite_for
-    from trainer.rollout import Sampling, collect
+    from trainer.episodes.rollout import Sampling, collect
+    from trainer.protocols.continuations import continuations, suite_for
 
     suite = suite_for(ctx, "eval_unseen", 3)
     assert len(suite) == 3

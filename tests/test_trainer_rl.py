@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import trainer.rl as rl
+import trainer.stages.rl as rl
 from trainer.algos import get_method
-from trainer.config import AlgoConfig, load_config, resolve
+from trainer.config import AlgoConfig
+from trainer.run.resolve import load_config, resolve
 
 MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 
@@ -24,7 +25,7 @@ MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 def base_ctx(tmp_path_factory):
     """One micro context (SEED with the oracle writer, so that skills exist); variants share
     its model and tokenizer and rebuild the per-method parts."""
-    from trainer.context import build_context
+    from trainer.run.components import build_context
 
     out = tmp_path_factory.mktemp("rl")
     cfg = resolve(load_config(MICRO, ["algo.method=seed", "writer.kind=oracle", f"output.dir={out}"]))
@@ -34,8 +35,8 @@ def base_ctx(tmp_path_factory):
 def variant(base, method: str, *overrides: str, wrap=lambda cfg: cfg):
     """``base`` with the resolved config of ``method`` (``wrap`` applied to it), the method's
     spec and a fresh writer, optimizer and reference (``start_rl``)."""
-    from trainer.context import start_rl
-    from trainer.writers import PrivilegedContext
+    from trainer.hindsight.writers import PrivilegedContext
+    from trainer.run.components import start_rl
 
     cfg = resolve(load_config(MICRO, [f"algo.method={method}", f"output.dir={base.cfg.output.dir}",
                                       *overrides]))
@@ -93,7 +94,7 @@ def test_teacher_logprobs_come_from_the_chosen_weights(base_ctx, restore, monkey
 def micro_batch_values(ctx, batch, values):
     """``values`` [B, T] of the step as the update's micro-batches see them, in their order
     (the first epoch): [n, A] per micro-batch (trainer.rl._plan, micro_batches)."""
-    from trainer.scoring import gather_actions
+    from trainer.episodes.scoring import gather_actions
 
     n = len(batch.trajectories)
     order = list(range(n))  # the update's minibatch order
@@ -109,7 +110,7 @@ def micro_batch_values(ctx, batch, values):
 def test_every_method_records_delta_and_gate_per_turn(base_ctx, restore, method):
     """Current-teacher methods (SEED, GRPO+OPSD) keep the Delta their loss used, so the
     value-alignment and staleness diagnostics can run on them as on ETRO."""
-    from trainer.records import build_records
+    from trainer.episodes.records import build_records
 
     ctx = variant(base_ctx, method, "writer.kind=oracle")
     batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
@@ -138,7 +139,7 @@ def test_privileged_context_methods_never_depend_on_the_writer(base_ctx, restore
 def test_a_malformed_boundary_keeps_positive_opd_for_every_method(base_ctx):
     """A writer output whose boundary is malformed keeps its Positive skill (SEED, ETRO's
     Positive-throughout fallback) but has no Negative one."""
-    from trainer.samples import parse_analyzer_output
+    from trainer.hindsight.analyzer import parse_analyzer_output
 
     ctx = variant(base_ctx, "etro", "writer.kind=oracle")
     h = parse_analyzer_output("<positive>p</positive><error_turn>9</error_turn><negative>n</negative>", 3)
@@ -153,7 +154,8 @@ def test_a_long_skill_is_cut_counted_and_scored_with_the_students_history(base_c
     raised PromptTooLong for the teacher only.  The teacher scores the student's sequences
     with the cut skill added (same history: the student's truncation)."""
     from envs.base import Hindsight
-    from trainer.samples import SKILL_HEADER, encode
+    from trainer.episodes.samples import SKILL_HEADER
+    from trainer.models.chat import encode
 
     ctx = variant(base_ctx, "seed", "writer.kind=oracle", "writer.max_skill_tokens=16",
                   "model.max_prompt_tokens=512", "algo.teacher=old")
@@ -193,8 +195,8 @@ def test_seed_static_library_is_written_once_by_the_policy_at_the_rl_start(base_
     import json
 
     from envs.base import Hindsight
-    from trainer import writers
-    from trainer.context import LIBRARY_TASKS, SELF_LIBRARY, build_context, start_rl
+    from trainer.hindsight import writers
+    from trainer.run.components import LIBRARY_TASKS, SELF_LIBRARY, build_context, start_rl
 
     calls = []
 
@@ -221,7 +223,7 @@ def test_seed_static_library_is_written_once_by_the_policy_at_the_rl_start(base_
 
     oracle = build_context(resolve(load_config(MICRO, ["algo.method=seed_static_oracle",
                                                        f"output.dir={tmp_path / 'o'}"])))
-    from trainer.writers import build_library
+    from trainer.hindsight.writers import build_library
     assert oracle.library.entries == build_library(oracle.make_env, oracle.train_tasks[-LIBRARY_TASKS:])
 
 
@@ -229,7 +231,7 @@ def test_seed_static_library_is_written_once_by_the_policy_at_the_rl_start(base_
 
 # Functions whose reads do not count as use: they copy, print or resolve the config.
 NOT_USE = {"resolve_algo", "resolve", "replace", "flatten", "to_dict", "_plain", "__repr__", "__eq__",
-           "__hash__", "fields", "asdict", "canonical_json", "apply_overrides", "_fields"}
+           "__hash__", "fields", "asdict", "canonical_json", "apply_overrides", "field_types"}
 
 
 def tracked(cfg, reads: set, prefix: str = ""):
@@ -298,8 +300,8 @@ def test_every_resolved_algo_field_is_read_by_the_rl_step(base_ctx, restore, met
 def test_resume_restores_the_reference_and_the_frozen_writer_bit_for_bit(base_ctx, restore, tmp_path):
     """start_rl(resume=checkpoint) loads the KL reference from the saved RL initialisation and
     SEED-stale's writer snapshot from the checkpoint, not copies of the resumed policy."""
-    from trainer.checkpoint import TrainerState, rl_init_path, save_checkpoint, save_module
-    from trainer.context import frozen_writer, start_rl
+    from trainer.run.checkpoint import TrainerState, rl_init_path, save_checkpoint, save_module
+    from trainer.run.components import frozen_writer, start_rl
 
     ctx = variant(base_ctx, "seed_stale", "writer.kind=self", f"output.dir={tmp_path}")
     assert ctx.reference is not None and frozen_writer(ctx) is not None
@@ -332,7 +334,7 @@ def _state(module) -> dict:
 def test_frozen_writer_is_the_rl_initialisation_and_never_refreshes(base_ctx, restore):
     """writer.kind=frozen (any method, here ETRO): the policy as it starts RL writes from the
     trajectory alone, and neither an update nor a refresh call moves it."""
-    from trainer.context import frozen_writer
+    from trainer.run.components import frozen_writer
 
     ctx = variant(base_ctx, "etro", "writer.kind=frozen")
     assert ctx.writer.kind == "frozen" and ctx.cfg.writer.refresh_every == 0
@@ -352,7 +354,7 @@ def test_frozen_writer_is_the_rl_initialisation_and_never_refreshes(base_ctx, re
 def test_frozen_writer_loads_a_checkpoint_with_its_tokenizer(base_ctx, restore, tmp_path):
     """writer.checkpoint: the writer writes with those saved weights (a run checkpoint's
     model/ folder), not with the policy's."""
-    from trainer.context import frozen_writer
+    from trainer.run.components import frozen_writer
 
     saved = _state(base_ctx.model)
     (tmp_path / "step_000003").mkdir()
@@ -400,7 +402,7 @@ def test_the_rl_step_scores_the_policy_at_its_rollout_temperature(base_ctx, rest
     """Old, reference, teacher and current log-probs all score softmax(logits / T) for the
     rollout temperature T (as verl does), so the ratio is 1 on the first minibatch and the
     update optimises the policy that sampled the batch."""
-    from trainer.scoring import score_trajectories
+    from trainer.episodes.scoring import score_trajectories
 
     ctx = variant(base_ctx, "seed", "writer.kind=oracle", "rollout.temperature=0.6",
                   "algo.kl_coef=0.01")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config import load_config
-from trainer.tracking import make_client
+from trainer.run.resolve import load_config
+from trainer.run.store import make_client
 
 MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 
@@ -26,8 +26,8 @@ def run_metrics(cfg, run_id):
 
 
 def test_train_logs_run_metrics_artifacts_and_changes_parameters(tmp_path):
-    from trainer.context import build_context
-    from trainer.run import train
+    from trainer.run.components import build_context
+    from trainer.run.loop import train
 
     cfg = micro(tmp_path, "algo.method=etro", "output.log_checkpoints=true")
     result = train(cfg, progress=False)
@@ -60,8 +60,8 @@ def test_train_logs_run_metrics_artifacts_and_changes_parameters(tmp_path):
 def test_records_have_the_contract_columns(tmp_path):
     import pandas as pd
 
-    from trainer.records import COLUMNS
-    from trainer.run import train
+    from trainer.episodes.records import COLUMNS
+    from trainer.run.loop import train
 
     cfg = micro(tmp_path, "algo.method=etro", "stages.rl.steps=1")
     train(cfg, progress=False)
@@ -73,7 +73,7 @@ def test_records_have_the_contract_columns(tmp_path):
 
 
 def test_same_seed_gives_identical_metrics(tmp_path):
-    from trainer.run import train
+    from trainer.run.loop import train
 
     keys = ("train/success", "train/entropy", "adv/std", "loss/total", "eval/eval_unseen/success")
     values = []
@@ -91,7 +91,7 @@ def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_
     and the same learning metrics as an uninterrupted run (optimizer, RNG restored), with
     the KL reference and SEED-stale's frozen writer equal, bit for bit, to the uninterrupted
     run's RL initialisation (not rebuilt from the resumed step-1 policy)."""
-    import trainer.run as run_module
+    import trainer.run.loop as run_module
 
     keys = ("train/success", "adv/std", "loss/total", "train/entropy", "ppo/kl")
     if method == "seed_stale":
@@ -122,8 +122,8 @@ def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_
 
     monkeypatch.setattr(run_module, "start_rl", spy_start)
     resumed = run_module.train(cfg, resume=True, progress=False)
-    from trainer.checkpoint import rl_init_path
-    from trainer.context import frozen_writer
+    from trainer.run.checkpoint import rl_init_path
+    from trainer.run.components import frozen_writer
 
     init = torch.load(rl_init_path(reference_cfg.output.dir), weights_only=True)
     restored = [contexts[0].reference] + ([frozen_writer(contexts[0])] if method == "seed_stale" else [])
@@ -143,7 +143,7 @@ def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_
 
 
 def test_crash_marks_the_run_failed_with_traceback(tmp_path, monkeypatch):
-    import trainer.run as run_module
+    import trainer.run.loop as run_module
 
     def boom(*args, **kwargs):
         raise RuntimeError("injected failure in the update")
@@ -160,7 +160,7 @@ def test_crash_marks_the_run_failed_with_traceback(tmp_path, monkeypatch):
 
 
 def test_nonfinite_losses_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
-    import trainer.rl as rl
+    import trainer.stages.rl as rl
 
     real = rl.policy_loss
 
@@ -169,7 +169,7 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
         return loss * float("nan"), metrics
 
     monkeypatch.setattr(rl, "policy_loss", nan_loss)
-    from trainer.run import NonFiniteLossError, train
+    from trainer.run.loop import NonFiniteLossError, train
 
     cfg = micro(tmp_path, "stages.rl.steps=3", "stages.rl.max_nonfinite_in_row=2")
     with pytest.raises(NonFiniteLossError, match="2 consecutive RL steps"):
@@ -182,7 +182,7 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
 
 
 def test_config_json_is_the_resolved_config(tmp_path):
-    from trainer.run import train
+    from trainer.run.loop import train
 
     cfg = micro(tmp_path, "algo.method=seed")
     result = train(cfg, progress=False)

@@ -5,20 +5,17 @@ from __future__ import annotations
 import pytest
 
 from envs.base import Episode, Hindsight, Task, Turn, format_response
-from trainer.models import train_tokenizer
-from trainer.samples import (
+from trainer.episodes.samples import (
     SKILL_HEADER,
     PromptTooLong,
     SampleBuilder,
     Trajectory,
-    analyzer_prompt,
-    analyzer_target,
     assert_same_actions,
     cut_skill,
-    encode,
-    encode_chat,
-    parse_analyzer_output,
 )
+from trainer.hindsight.analyzer import analyzer_prompt, analyzer_target, parse_analyzer_output
+from trainer.models.backbones import train_tokenizer
+from trainer.models.chat import encode, encode_chat
 
 SKILL = "First find the apple, then clean it at the sinkbasin, then put it in the fridge."
 
@@ -325,7 +322,7 @@ def test_window_history_and_analyzer_drop_the_admissible_list(tokenizer):
     from dataclasses import replace
 
     from envs.base import with_admissible
-    from trainer.samples import serialize_episode
+    from trainer.hindsight.analyzer import serialize_episode
 
     traj = make_traj(tokenizer, 4)
     listed = [replace(t, observation=with_admissible(t.observation, ["go to shelf 9"]),

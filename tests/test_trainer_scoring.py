@@ -8,9 +8,10 @@ import torch
 
 from envs.base import Episode, Task, Turn, format_response
 from trainer.config import TinyModelConfig
-from trainer.models import build_tiny_model, train_tokenizer
-from trainer.samples import SampleBuilder, TokenSequence, Trajectory, encode
-from trainer.scoring import collate_actions, score_trajectories, sequence_logprobs
+from trainer.episodes.samples import SampleBuilder, TokenSequence, Trajectory
+from trainer.episodes.scoring import collate_actions, score_trajectories, sequence_logprobs
+from trainer.models.backbones import build_tiny_model, train_tokenizer
+from trainer.models.chat import encode
 
 SKILL = "Open the fridge only while holding the apple."
 SMALL = TinyModelConfig(

@@ -5,19 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.backend import TransformersBackend
-from trainer.config import (
-    ConfigError,
-    ModelConfig,
-    RunConfig,
-    TinyModelConfig,
-    apply_overrides,
-    resolve,
-)
-from trainer.models import load_model, train_tokenizer
-from trainer.rl import PhaseTimer
-from trainer.samples import encode
-from trainer.shapes import (
+from trainer.config import ConfigError, ModelConfig, RunConfig, TinyModelConfig, apply_overrides
+from trainer.models.backbones import load_model, train_tokenizer
+from trainer.models.backends import TransformersBackend
+from trainer.models.chat import encode
+from trainer.models.paper_shapes import (
     PAPER_SIZES,
     build_shaped_model,
     parameter_count,
@@ -25,6 +17,8 @@ from trainer.shapes import (
     shape_names,
     uses_local_tokenizer,
 )
+from trainer.run.resolve import resolve
+from trainer.stages.rl import PhaseTimer
 
 CORPUS = [
     "You are in the middle of a room. You see a fridge 1, a countertop 2 and a sinkbasin 1.",

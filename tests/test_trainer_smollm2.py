@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config import load_config, resolve
+from trainer.run.resolve import load_config, resolve
 
 MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 
@@ -27,8 +27,8 @@ def smollm_config(tmp_path):
 
 def test_smollm2_writes_a_skill_and_one_seed_update_runs(tmp_path):
     pytest.importorskip("gguf")
-    from trainer.context import build_context, start_rl
-    from trainer.rl import PhaseTimer, collect_batch, step_metrics, update
+    from trainer.run.components import build_context, start_rl
+    from trainer.stages.rl import PhaseTimer, collect_batch, step_metrics, update
 
     cfg = smollm_config(tmp_path)
     ctx = build_context(cfg)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import trainer.rl as rl
+import trainer.stages.rl as rl
 from trainer.algos import LOSS_AGGS, get_method
-from trainer.config import load_config, resolve
+from trainer.run.resolve import load_config, resolve
 
 MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 
@@ -23,7 +23,7 @@ MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 @pytest.fixture(scope="module")
 def contexts(tmp_path_factory):
     """One micro context per context mode (oracle writer, so that skills exist)."""
-    from trainer.context import build_context
+    from trainer.run.components import build_context
 
     built = {}
     for mode in ("full", "window"):
@@ -36,8 +36,8 @@ def contexts(tmp_path_factory):
 
 
 def with_method(base, method: str, **algo):
-    from trainer.context import start_rl
-    from trainer.writers import PrivilegedContext
+    from trainer.hindsight.writers import PrivilegedContext
+    from trainer.run.components import start_rl
 
     cfg = resolve(load_config(MICRO, [f"algo.method={method}", "writer.kind=oracle",
                                       f"env.context={base.cfg.env.context}", "rollout.tasks_per_step=2",
@@ -116,10 +116,10 @@ def test_loss_metrics_of_micro_batches_add_up(contexts):
 def test_sft_micro_batches_accumulate_to_the_batch_step(monkeypatch):
     """The SFT stages (warm start, Stage 1) accumulate too: one example at a time gives the
     gradient of one backward over the batch."""
-    from trainer.models import load_pretrained
-    from trainer.samples import TokenSequence
-    from trainer.sft import sft
-    from trainer.stages import bundle_path
+    from trainer.episodes.samples import TokenSequence
+    from trainer.models.backbones import load_pretrained
+    from trainer.stages.sft import sft
+    from trainer.stages.warm_start import bundle_path
 
     examples = [TokenSequence(tuple(range(5, 5 + n)), (0,) * 3 + (1,) * (n - 3), (-1,) * 3 + (0,) * (n - 3))
                 for n in (9, 14, 6, 11)]

@@ -11,13 +11,14 @@ import torch
 
 import envs
 from envs.base import expert_policy, run_episode
-from trainer.backend import TransformersBackend, left_pad
-from trainer.config import ConfigError, TinyModelConfig, load_config, resolve
-from trainer.models import load_pretrained, train_tokenizer
-from trainer.rollout import Sampling, collect
-from trainer.samples import SampleBuilder, Trajectory, assert_same_actions, encode
-from trainer.scoring import score_trajectories
-from trainer.vision import (
+from trainer.config import ConfigError, TinyModelConfig
+from trainer.episodes.rollout import Sampling, collect
+from trainer.episodes.samples import SampleBuilder, Trajectory, assert_same_actions
+from trainer.episodes.scoring import score_trajectories
+from trainer.models.backbones import load_pretrained, train_tokenizer
+from trainer.models.backends import TransformersBackend, left_pad
+from trainer.models.chat import encode
+from trainer.models.vision import (
     IMAGE_PAD,
     VISION_END,
     VISION_START,
@@ -27,6 +28,7 @@ from trainer.vision import (
     mrope_positions,
     vision_token_ids,
 )
+from trainer.run.resolve import load_config, resolve
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
                         intermediate_size=64, vocab_size=600)
@@ -207,7 +209,7 @@ def test_the_self_writer_reads_the_first_and_last_images(parts):
     step as images (the Stage-1 examples use the same prompt); a prompt too long for the
     budget drops its images rather than cut a placeholder."""
     from trainer.config import WriterConfig
-    from trainer.writers import SelfWriter, writer_input
+    from trainer.hindsight.writers import SelfWriter, writer_input
 
     env, tasks, tokenizer, model, codec = parts
     episode = run_episode(env, tasks[4], expert_policy(0.3, seed="writer"))
@@ -238,8 +240,8 @@ def test_the_vllm_backend_gets_the_images_their_budget_and_no_vision_tokens(part
     import sys
     import types
 
-    from trainer.backend import VLLMBackend, _weights_version
     from trainer.config import VLLMConfig
+    from trainer.models.backends import VLLMBackend, _weights_version
 
     env, tasks, tokenizer, _, codec = parts
     calls = {}
@@ -289,8 +291,8 @@ def test_writer_backends_take_the_writers_two_images(monkeypatch):
     rejects prompts with more images than its limit)."""
     import types
 
-    import trainer.context as context
-    from trainer.samples import WRITER_IMAGES
+    import trainer.run.components as context
+    from trainer.hindsight.analyzer import WRITER_IMAGES
 
     seen = {}
     monkeypatch.setattr(context, "make_backend", lambda *args, **kw: seen.update(args=args, kw=kw))

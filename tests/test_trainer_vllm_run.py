@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import load_config
-from trainer.tracking import make_client
+from trainer.run.resolve import load_config
+from trainer.run.store import make_client
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None,
@@ -25,7 +25,7 @@ STEPS = 3
 def run(tmp_path, *overrides):
     """3 GRPO steps at a high learning rate on EZPoints from the bundled warm start, on vLLM;
     returns the per-step history of the gap metrics."""
-    from trainer.run import train
+    from trainer.run.loop import train
 
     cfg = load_config(EZPOINTS, [
         "model.backend=vllm", "model.vllm.kv_cache_gb=0.25", f"stages.rl.steps={STEPS}", "algo.lr=1.0e-3",
@@ -40,7 +40,7 @@ def run(tmp_path, *overrides):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_the_engine_follows_the_policy_through_every_update(tmp_path, monkeypatch, temperature):
-    from trainer.backend import VLLMBackend
+    from trainer.models.backends import VLLMBackend
 
     sleeps, wakes = [], []
     real_release, real_wake = VLLMBackend.release, VLLMBackend._wake
@@ -53,7 +53,7 @@ def test_the_engine_follows_the_policy_through_every_update(tmp_path, monkeypatc
 
 
 def test_without_the_weight_push_the_gap_grows(tmp_path, monkeypatch):
-    from trainer.backend import VLLMBackend
+    from trainer.models.backends import VLLMBackend
 
     monkeypatch.setattr(VLLMBackend, "_push", lambda self: setattr(self, "_synced", None))
     gaps = run(tmp_path)["rollout/logprob_diff_max"]

@@ -15,8 +15,9 @@ import envs
 from envs.base import expert_policy, run_episode
 from envs.oracle import OracleWriter
 from trainer.config import WriterConfig
-from trainer.samples import Trajectory, analyzer_target
-from trainer.writers import ExternalWriter
+from trainer.episodes.samples import Trajectory
+from trainer.hindsight.analyzer import analyzer_target
+from trainer.hindsight.writers import ExternalWriter
 
 
 class FakeChat(ThreadingHTTPServer):

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 import envs
-from trainer.config import ConfigError, apply_overrides, load_config, resolve
-from trainer.context import env_factory
-from trainer.stages import (
+from trainer.config import ConfigError, apply_overrides
+from trainer.run.components import env_factory
+from trainer.run.resolve import load_config, resolve
+from trainer.stages.evaluate import evaluate_policy
+from trainer.stages.warm_start import (
     BUNDLE_META,
     bundle_path,
     bundled_warm_starts,
     check_bundle,
-    evaluate_policy,
     save_bundle,
     train_warm_start,
 )
@@ -97,8 +98,8 @@ def test_a_saved_warm_start_round_trips_and_is_checked_against_the_run(tmp_path)
 def test_training_from_a_saved_warm_start_logs_its_figures(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from trainer.run import train
-    from trainer.tracking import sqlite_uri
+    from trainer.run.loop import train
+    from trainer.run.store import sqlite_uri
 
     cfg = micro()
     ctx, metrics = train_warm_start(cfg)
@@ -119,7 +120,7 @@ def test_training_from_a_saved_warm_start_logs_its_figures(tmp_path):
 def test_behaviour_cloning_can_overfit_sixteen_demonstrations():
     """The pipeline is sound: 16 error-free demonstrations, 200 epochs (400 optimizer
     steps of 8), and greedy replay of the same 16 tasks reproduces every episode."""
-    from trainer.rollout import Sampling, collect
+    from trainer.episodes.rollout import Sampling, collect
 
     cfg = resolve(apply_overrides(load_config(SMALL), {
         "model.device": "cpu", "stages.warm_start.cache": False, "stages.warm_start.checkpoint": "",
@@ -142,9 +143,9 @@ def test_writer_validity_counts_valid_hindsight_and_true_error_turns(monkeypatch
     writer that names another turn (or one where there is none) agrees on none; an empty answer is invalid."""
     import dataclasses
 
-    import trainer.context
-    from trainer.context import build_context, make_writer
-    from trainer.stages import writer_validity
+    import trainer.run.components
+    from trainer.run.components import build_context, make_writer
+    from trainer.stages.skill_sft import writer_validity
 
     ctx = build_context(micro())
     oracle = make_writer(ctx, "oracle")
@@ -159,7 +160,7 @@ def test_writer_validity_counts_valid_hindsight_and_true_error_turns(monkeypatch
             return [dataclasses.replace(h, valid=False) for h in oracle.write(trajectories)]
 
     for writer, expected in ((oracle, (1.0, 1.0)), (Shifted(), (1.0, 0.0)), (Empty(), (0.0, 0.0))):
-        monkeypatch.setattr(trainer.context, "make_writer", lambda ctx, kind, w=writer: w)
+        monkeypatch.setattr(trainer.run.components, "make_writer", lambda ctx, kind, w=writer: w)
         metrics = writer_validity(ctx, size=16)
         assert (metrics["writer/panel_valid_rate"], metrics["writer/panel_boundary_agreement"]) == expected
         assert metrics["writer/invalid_rate"] == 1.0 - expected[0]
@@ -169,8 +170,8 @@ def test_the_bundled_self_writer_writes_valid_hindsight_at_the_default_budget():
     """Issue 9's bar: at least half of the 64 panel trajectories get a valid self-written
     hindsight from the bundled warm start (87.5% when measured), with the writer's default
     token budget; a budget shorter than the oracle's annotations cuts them before they close."""
-    from trainer.context import build_context
-    from trainer.stages import writer_validity
+    from trainer.run.components import build_context
+    from trainer.stages.skill_sft import writer_validity
 
     cfg = resolve(apply_overrides(load_config(SMALL), {"model.device": "cpu", "stages.warm_start.checkpoint": ""}))
     ctx = build_context(cfg, init_from=str(bundle_path("household-small")))

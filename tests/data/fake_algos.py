@@ -1,7 +1,7 @@
 """A stand-in for the ``trainer.algos`` method table used by tests/test_config.py and
 tests/test_cli.py: the same ``method_names()`` / ``get_method(name)`` surface with a few
 hand-written specs, so that config tests do not depend on (or import torch through) the
-real registry.  Tests install it with ``monkeypatch.setitem(sys.modules, "trainer.algos",
+real registry.  Tests install it with ``monkeypatch.setattr(trainer.run.resolve, "algos",
 module)``."""
 
 from __future__ import annotations
@@ -50,3 +50,40 @@ def resolve_algo(spec: FakeSpec, cfg):
     """The contract of trainer.algos.resolve_algo: None lambda_opd / teacher <- the spec."""
     return replace(cfg, lambda_opd=spec.lambda_opd if cfg.lambda_opd is None else cfg.lambda_opd,
                    teacher=spec.teacher if cfg.teacher is None else cfg.teacher)
+
+
+def grpo_part(inputs, cfg):
+    """The fake advantage."""
+
+
+def seed_gated_part(inputs, cfg):
+    """The fake OPD loss."""
+
+
+def etro_part(inputs, cfg, adv):
+    """The fake credit rule."""
+
+
+def ppo_clip_loss(*args, **kwargs):
+    """The fake RL loss."""
+
+
+def token_advantages(spec, inputs, cfg):
+    """The fake entry point."""
+
+
+def policy_loss(spec, inputs, cfg):
+    """The fake entry point."""
+
+
+class _Registry:
+    def __init__(self, parts):
+        self._parts = parts
+
+    def get(self, name):
+        return self._parts[name]
+
+
+ADVANTAGES = _Registry({"grpo": grpo_part})
+CREDITS = _Registry({"etro": etro_part})
+OPD_LOSSES = _Registry({"seed_gated": seed_gated_part})

@@ -5,7 +5,6 @@ The trainer calls :func:`token_advantages` and :func:`policy_loss` with the
 Importing this package registers every part.
 """
 
-from .api import policy_loss, token_advantages
 from .credit import (
     ETRO_ROUTES,
     Regions,
@@ -14,6 +13,7 @@ from .credit import (
     rlsd_decay,
     trajectory_regions,
 )
+from .entrypoints import policy_loss, token_advantages
 from .grpo import STD_MODES, grpo_advantages, ppo_clip_loss, tied_groups
 from .inputs import CreditInputs, LossInputs
 from .masked import LOSS_AGGS, aggregate, aggregation_weights, masked_mean, masked_std

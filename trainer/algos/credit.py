@@ -170,6 +170,42 @@ def _with_negative_at(inputs: CreditInputs, neg_turn: Tensor) -> Tensor:
     return _on(pos, inputs.need("delta_pos", "ETRO")) + _on(neg, inputs.need("delta_neg", "ETRO"))
 
 
+def _additive(route: Route) -> Callable:
+    """Credit rule A = A_GRPO + lambda * A_OPD from a routing rule (ETRO App. B.2)."""
+
+    def credit(
+        inputs: CreditInputs, cfg: AlgoConfig, adv: Tensor
+    ) -> tuple[Tensor, dict[str, float]]:
+        if cfg.lambda_opd is None:
+            raise ValueError(
+                "lambda_opd is None: resolve the AlgoConfig with trainer.algos.resolve_algo first"
+            )
+        a_opd = route(inputs, cfg)  # [B, T]
+        valid = inputs.valid
+        metrics = region_metrics(inputs, cfg)
+        metrics["opd/credit_frac"] = masked_mean((a_opd != 0).float(), valid).item()
+        metrics["opd/credit_abs_mean"] = masked_mean(a_opd.abs(), valid).item()
+        return adv + cfg.lambda_opd * a_opd, metrics
+
+    credit.__doc__ = f"A_GRPO + lambda * A_OPD with A_OPD from: {route.__doc__}"
+    credit.__wrapped__ = route  # where the rule's code is (``hindsight methods`` points there)
+    return credit
+
+
+ETRO_ROUTES: dict[str, Route] = {}  # credit-rule name -> its routing rule A_OPD
+
+
+def register_route(name: str) -> Callable[[Route], Route]:
+    """Register the routing rule below it as the credit rule ``name``, A = A_GRPO + lambda *
+    A_OPD (:func:`_additive`); the rule itself is returned unchanged."""
+    def decorate(route: Route) -> Route:
+        register_credit(name)(_additive(route))
+        ETRO_ROUTES[name] = route
+        return route
+    return decorate
+
+
+@register_route("etro")
 def route_etro(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     """ETRO (Sec. 3.4) with the suffix weight alpha = ``cfg.suffix_weight`` (Sec. 4.3)."""
     return etro_opd_advantages(
@@ -184,17 +220,20 @@ def route_etro(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     )
 
 
+@register_route("etro_global_positive")
 def route_global_positive(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     """Global Positive (ETRO Table 2): Delta+ on every valid token of every trajectory."""
     return _on(inputs.valid, inputs.need("delta_pos", "etro_global_positive"))
 
 
+@register_route("etro_global_negative")
 def route_global_negative(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     """Global Negative (ETRO Table 2): Delta- throughout each failed trajectory that has a
     Negative skill; successful trajectories have none and get no OPD."""
     return _on(_regions(inputs).bounded, inputs.need("delta_neg", "etro_global_negative"))
 
 
+@register_route("etro_global_both")
 def route_global_both(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     """Global Both (ETRO Sec. 4.3): (Delta+ + Delta-) / 2 throughout failed trajectories with
     both skills, Delta+ on successful ones (and on failed ones without a Negative skill)."""
@@ -204,16 +243,19 @@ def route_global_both(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     return _on(r.success | r.no_boundary, d_pos) + _on(r.bounded, 0.5 * (d_pos + d_neg))
 
 
+@register_route("etro_positive_only")
 def route_positive_only(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     """Positive Only (ETRO Table 2): ETRO without the Negative branch."""
     return _on(_regions(inputs).positive, inputs.need("delta_pos", "etro_positive_only"))
 
 
+@register_route("etro_negative_only")
 def route_negative_only(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     """Negative Only (ETRO Table 2): Delta- at the diagnosed error turn only."""
     return _on(_regions(inputs).error, inputs.need("delta_neg", "etro_negative_only"))
 
 
+@register_route("etro_random_boundary")
 def route_random_boundary(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     """Random Boundary (ETRO Sec. 4.3): ETRO's Positive-Negative-Off routing, with each failed
     trajectory that has a boundary split at a turn drawn uniformly from its turns instead."""
@@ -243,11 +285,13 @@ def _placement(inputs: CreditInputs, where: str) -> Tensor:
     return _with_negative_at(inputs, torch.where(eligible, j, k))
 
 
+@register_route("etro_neg_prefix")
 def route_neg_prefix(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     """Negative at a random pre-error turn (ETRO Fig. 4, "prefix placement")."""
     return _placement(inputs, "prefix")
 
 
+@register_route("etro_neg_suffix")
 def route_neg_suffix(inputs: CreditInputs, cfg: AlgoConfig) -> Tensor:
     """Negative at a random post-error turn (ETRO Fig. 4, "suffix placement")."""
     return _placement(inputs, "suffix")
@@ -271,42 +315,6 @@ def region_metrics(inputs: CreditInputs, cfg: AlgoConfig) -> dict[str, float]:
         if delta is not None and bool(region.any()):
             out[key] = masked_mean(delta, region).item()
     return out
-
-
-def _additive(route: Route) -> Callable:
-    """Credit rule A = A_GRPO + lambda * A_OPD from a routing rule (ETRO App. B.2)."""
-
-    def credit(
-        inputs: CreditInputs, cfg: AlgoConfig, adv: Tensor
-    ) -> tuple[Tensor, dict[str, float]]:
-        if cfg.lambda_opd is None:
-            raise ValueError(
-                "lambda_opd is None: resolve the AlgoConfig with trainer.algos.resolve_algo first"
-            )
-        a_opd = route(inputs, cfg)  # [B, T]
-        valid = inputs.valid
-        metrics = region_metrics(inputs, cfg)
-        metrics["opd/credit_frac"] = masked_mean((a_opd != 0).float(), valid).item()
-        metrics["opd/credit_abs_mean"] = masked_mean(a_opd.abs(), valid).item()
-        return adv + cfg.lambda_opd * a_opd, metrics
-
-    credit.__doc__ = f"A_GRPO + lambda * A_OPD with A_OPD from: {route.__doc__}"
-    return credit
-
-
-ETRO_ROUTES: dict[str, Route] = {
-    "etro": route_etro,
-    "etro_global_positive": route_global_positive,
-    "etro_global_negative": route_global_negative,
-    "etro_global_both": route_global_both,
-    "etro_positive_only": route_positive_only,
-    "etro_negative_only": route_negative_only,
-    "etro_random_boundary": route_random_boundary,
-    "etro_neg_prefix": route_neg_prefix,
-    "etro_neg_suffix": route_neg_suffix,
-}
-for _name, _route in ETRO_ROUTES.items():
-    register_credit(_name)(_additive(_route))
 
 
 def rlsd_decay(step: int, decay_steps: int) -> float:

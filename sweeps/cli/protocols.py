@@ -1,0 +1,84 @@
+"""``diagnose`` and ``recovery``: the measurement protocols of :mod:`trainer.protocols` on
+frozen actors, their frames summarised by :mod:`analysis` and drawn by :mod:`reports`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from analysis.diagnostics import Skipped, regional_alignment
+from analysis.recovery import summarize_recovery
+from reports.diagnostic_tables import recovery_table
+from reports.figures import regional_alignment as draw
+from reports.tables import Provenance, to_markdown, write_table
+from trainer.config import ConfigError
+from trainer.models.folders import require_model_folder
+from trainer.protocols.alignment import SCORING_METHOD, alignment_records
+from trainer.protocols.continuations import continuations, suite_for
+from trainer.run.components import build_context, start_rl
+from trainer.run.resolve import load_config, resolve
+from trainer.run.store import git_sha
+
+
+def diagnose_command(args) -> int:
+    """Diagnostics on a frozen actor: ``alignment`` is ETRO's Fig. 1 (regional alignment)."""
+
+    folder = require_model_folder(args.actor, "--actor")
+    overrides = [*args.overrides, f"algo.method={SCORING_METHOD}", "algo.kl_coef=0",
+                 "stages.warm_start.enabled=false", "stages.skill_sft.enabled=false"]
+    if args.writer:
+        overrides.append(f"writer.kind={args.writer}")
+    cfg = resolve(load_config(args.config, overrides))
+    ctx = build_context(cfg, init_from=str(folder))
+    start_rl(ctx)
+    print(f"actor {args.actor}: {args.steps} batches of {cfg.rollout.tasks_per_step} tasks x "
+          f"{cfg.rollout.group_size}, writer {cfg.writer.kind}, {args.advantage} step "
+          "advantages, never updated")
+    with tqdm(total=args.steps, desc="alignment", unit="batch") as bar:
+        records = alignment_records(ctx, args.steps, bar)
+    out = Path(args.diagnose_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    records.to_parquet(out / "records.parquet", index=False)
+    alignment = regional_alignment(records, seed=cfg.seed, advantage=args.advantage)
+    if isinstance(alignment, Skipped):
+        print(f"regional alignment skipped: {alignment.reason}")
+        return 1
+    alignment.to_csv(out / "alignment.csv", index=False)
+    draw(alignment, out / "regional_alignment")
+    for r in alignment.itertuples():
+        print(f"{r.region:>6} {r.polarity:<9} rho {r.rho:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
+              f"  n = {r.n_turns} turns of {r.n_traj} trajectories")
+    print(f"written: {out / 'alignment.csv'}, {out / 'regional_alignment.png'}, "
+          f"{out / 'records.parquet'}")
+    return 0
+
+
+def recovery_command(args) -> int:
+    """Run ETRO's recovery protocol on checkpoints; write the Table 6 layout."""
+    labels = args.label or [Path(c).name for c in args.actor]
+    if len(labels) != len(args.actor):
+        raise ConfigError(f"--label: {len(labels)} labels for {len(args.actor)} actors")
+    folders = [require_model_folder(checkpoint, "--actor") for checkpoint in args.actor]
+    cfg = resolve(load_config(args.config, args.overrides))
+    out = Path(args.recovery_dir)
+    frames, suite = [], None
+    for label, checkpoint, folder in zip(labels, args.actor, folders):
+        ctx = build_context(cfg, init_from=str(folder))
+        suite = suite if suite is not None else suite_for(ctx, args.split, args.tasks)
+        if not suite:
+            raise ConfigError(f"--split {args.split}: no task has a recoverable perturbation "
+                              "(the env needs admissible actions and a distance to the goal)")
+        print(f"{label}: {len(suite)} perturbed tasks x {args.repeats} continuations")
+        frames.append(continuations(ctx, suite, args.repeats, seed=cfg.seed).assign(
+            label=label, checkpoint=str(checkpoint)))
+    frame = pd.concat(frames, ignore_index=True)
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "recovery.csv", index=False)
+    table = recovery_table(summarize_recovery(frame), split=args.split)
+    stamp = pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds")
+    write_table(table, out / "recovery", Provenance(str(args.config), git_sha(), stamp))
+    print(to_markdown(table))
+    print(f"written: {out / 'recovery.csv'}, {out / 'recovery.md'} (.tex, .json)")
+    return 0

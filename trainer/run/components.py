@@ -1,0 +1,251 @@
+"""Wiring of one training run: every component the phases use, built once from the config.
+
+:func:`build_context` only wires (STYLE.md #4): environment factory, tokenizer and policy,
+frozen reference, rollout backend, sample builder, writer, optimizer.  The phases
+(:mod:`trainer.stages`, :mod:`trainer.rl`, :mod:`trainer.evaluate`) read it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+import envs
+from envs.base import Task, TextEnv, demo_policy, run_episode
+from trainer.algos import MethodSpec, get_method
+from trainer.config import RunConfig
+from trainer.episodes.samples import SampleBuilder
+from trainer.hindsight.analyzer import WRITER_IMAGES, analyzer_prompt, analyzer_target
+from trainer.hindsight.writers import (
+    ExternalWriter,
+    FrozenWriter,
+    NoWriter,
+    OracleWriter,
+    PrivilegedContext,
+    SelfWriter,
+    StaticWriter,
+    Writer,
+    build_library,
+    library_from,
+    load_library,
+)
+from trainer.models.backbones import load_model, load_pretrained, resolve_device, resolve_dtype
+from trainer.models.backends import GenerationBackend, make_backend, request_seed
+from trainer.models.folders import model_folder
+from trainer.models.paper_shapes import uses_local_tokenizer
+from trainer.models.precision import frozen_copy
+from trainer.models.vision import VisionCodec, is_vision_model
+
+LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
+SELF_LIBRARY = "library.json"  # a self-written static library, in output.dir (kept for resume)
+TOKENIZER_EPISODES = 120  # expert episodes whose text trains a tiny/shaped backbone's tokenizer
+
+
+@dataclass
+class Context:
+    cfg: RunConfig
+    spec: MethodSpec
+    make_env: Callable[[], TextEnv]
+    prompt_env: TextEnv
+    model: torch.nn.Module
+    tokenizer: object
+    builder: SampleBuilder
+    backend: GenerationBackend
+    reference: torch.nn.Module | None = None
+    writer: Writer | None = None
+    library: StaticWriter | None = None
+    privileged: PrivilegedContext | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    train_tasks: list[Task] = field(default_factory=list)
+
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
+    options = envs.env_options(cfg.env.name, cfg.env.level, cfg.env.show_admissible,
+                               cfg.env.action_format, cfg.env.images, cfg.env.action_match,
+                               cfg.env.progress_reward, max_turns=cfg.env.max_turns,
+                               invalid_penalty=cfg.env.invalid_penalty)
+    return functools.partial(envs.make, cfg.env.name, **options)
+
+
+def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task]) -> list[str]:
+    """Environment text for a tiny backbone's tokenizer: prompts, observations, expert
+    responses, oracle skills and analyzer prompts of expert episodes with mistakes."""
+    from envs.oracle import OracleWriter as EnvOracle
+
+    env, oracle = make_env(), EnvOracle(make_env)
+    act = demo_policy(0.2, seed="tokenizer")
+    texts = [env.system_prompt(), env.domain_description()]
+    for task in tasks:
+        episode = run_episode(env, task, act)
+        texts.append(env.task_instruction(task))
+        texts += [t.observation + "\n" + t.response for t in episode.turns]
+        hindsight = oracle.write(episode)
+        texts += [m["content"] for m in analyzer_prompt(env.domain_description(), episode)]
+        texts.append(analyzer_target(hindsight))
+    return texts
+
+
+def make_writer(ctx: Context, kind: str) -> Writer:
+    cfg = ctx.cfg
+    builders: dict[str, Callable[[], Writer]] = {
+        "none": NoWriter,
+        "oracle": lambda: OracleWriter(ctx.make_env),
+        "static": lambda: ctx.library,
+        "external": lambda: ExternalWriter(ctx.prompt_env.domain_description(), cfg.writer),
+        "self": lambda: SelfWriter(
+            ctx.model, ctx.tokenizer, writer_backends(ctx, ctx.tokenizer, ctx.builder.vision),
+            ctx.prompt_env.domain_description(), cfg.writer, cfg.model.max_prompt_tokens, ctx.builder.vision),
+        "frozen": lambda: frozen_writer_from(ctx),
+    }
+    return builders[kind]()
+
+
+def writer_backends(ctx: Context, tokenizer, vision) -> Callable:
+    """A writer's backend factory (model -> backend): the policy's own backend for the
+    policy itself (one engine a trial: SEED's self writer, the writer panel, a self-written
+    library), a new one of the run's kind for a frozen snapshot or a checkpoint's model
+    (whose weights differ), taking the :data:`~trainer.samples.WRITER_IMAGES` images of a
+    writer's prompt with ``vision``."""
+    def factory(model):
+        if model is ctx.model:
+            return ctx.backend
+        return make_backend(ctx.cfg.model, model, tokenizer, vision, images_per_prompt=WRITER_IMAGES,
+                            max_model_len=engine_length(ctx.cfg))
+    return factory
+
+
+def engine_length(cfg: RunConfig) -> int:
+    """The longest prompt plus response a run generates: a rollout turn or a writer's
+    hindsight (:class:`~trainer.backend.VLLMBackend`'s ``max_model_len``)."""
+    return cfg.model.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.writer.max_new_tokens)
+
+
+def frozen_writer_from(ctx: Context) -> FrozenWriter:
+    """The frozen writer: ``writer.checkpoint`` (its model and tokenizer) when set, else the
+    policy as it is now (start_rl calls this after the SFT stages)."""
+    cfg = ctx.cfg
+    model, tokenizer, vision = None, ctx.tokenizer, ctx.builder.vision
+    if cfg.writer.checkpoint:
+        device = resolve_device(cfg.model.device)
+        model, tokenizer = load_pretrained(str(model_folder(cfg.writer.checkpoint)),
+                                           resolve_dtype(cfg.model.dtype, device), device, master=False)
+        vision = VisionCodec(model.config, tokenizer, cfg.model.max_image_tokens) \
+            if vision is not None and is_vision_model(model) else None
+    return FrozenWriter(ctx.model, tokenizer, writer_backends(ctx, tokenizer, vision),
+                        ctx.prompt_env.domain_description(), cfg.writer,
+                        cfg.model.max_prompt_tokens, model=model, vision=vision)
+
+
+def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
+    """Build every component of a run from a resolved config; ``init_from`` loads the policy
+    and its tokenizer from a saved model directory (a checkpoint) instead of the backbone."""
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    spec = get_method(cfg.algo.method)
+    make_env = env_factory(cfg)
+    prompt_env = make_env()
+    train_tasks = prompt_env.panel(cfg.env.train_split)
+    if init_from is not None:
+        device = resolve_device(cfg.model.device)
+        model, tokenizer = load_pretrained(init_from, resolve_dtype(cfg.model.dtype, device), device)
+        model.train()
+    else:
+        local = uses_local_tokenizer(cfg.model.backbone)
+        corpus = tokenizer_corpus(make_env, train_tasks[:TOKENIZER_EPISODES]) if local else None
+        model, tokenizer = load_model(cfg.model, env_texts=corpus, seed=cfg.seed)
+    vision = None
+    if cfg.env.images:
+        if not is_vision_model(model):
+            raise ValueError(f"env.images: model {cfg.model.backbone!r} has no vision tower; use "
+                             f"backbone tiny-vl or a Qwen2-VL / Qwen2.5-VL path")
+        vision = VisionCodec(model.config, tokenizer, cfg.model.max_image_tokens)
+    builder = SampleBuilder(tokenizer, prompt_env, cfg.env.context, cfg.env.history_window,
+                            cfg.model.max_prompt_tokens, vision)
+    ctx = Context(cfg=cfg, spec=spec, make_env=make_env, prompt_env=prompt_env, model=model,
+                  tokenizer=tokenizer, builder=builder,
+                  backend=make_backend(cfg.model, model, tokenizer, vision,
+                                       images_per_prompt=max(prompt_env.max_turns + 1, WRITER_IMAGES),
+                                       max_model_len=engine_length(cfg)),
+                  train_tasks=train_tasks)
+    if cfg.writer.library and (spec.rollout_skill or spec.eval_skill or cfg.writer.kind == "static"):
+        ctx.library = StaticWriter(load_library(cfg.writer.library))
+    elif spec.rollout_skill or spec.eval_skill or (cfg.writer.kind == "static" and spec.library == "oracle"):
+        ctx.library = StaticWriter(build_library(make_env, train_tasks[-LIBRARY_TASKS:]))
+    # spec.library == "self": written by the policy after the SFT stages (start_rl)
+    if "privileged" in spec.skills:
+        ctx.privileged = PrivilegedContext(make_env)
+    return ctx
+
+
+def frozen_writer(ctx: Context) -> torch.nn.Module | None:
+    """The self writer's frozen snapshot (stale / refresh_every > 1), None otherwise."""
+    frozen = getattr(ctx.writer, "frozen", None)
+    return frozen() if frozen is not None else None
+
+
+def self_library(ctx: Context, resume: Path | None = None) -> StaticWriter:
+    """SEED's static library (Table 2): the policy at the RL initialisation (after the warm
+    start and Stage 1, the run's earliest checkpoint) plays one episode per library task and
+    its own writer writes their skills, once; valid ones become the library.  Saved as
+    ``output.dir/library.json`` and, on resume, read back instead of rewritten.  Metrics
+    ``library/size`` and ``library/valid_rate`` land on the writer's ``metrics``."""
+    import dataclasses
+
+    from trainer.episodes.rollout import Sampling, collect
+
+    cfg = ctx.cfg
+    path = Path(cfg.output.dir) / SELF_LIBRARY
+    if resume is not None and path.exists():
+        library = StaticWriter(load_library(str(path)), allow_empty=True)
+        library.metrics = {"library/size": float(len(library.entries))}
+        return library
+    tasks = ctx.train_tasks[-LIBRARY_TASKS:]
+    sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
+    trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling,
+                              seed=request_seed("library", cfg.seed))
+    writer = SelfWriter(ctx.model, ctx.tokenizer,
+                        writer_backends(ctx, ctx.tokenizer, ctx.builder.vision),
+                        ctx.prompt_env.domain_description(),
+                        dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens,
+                        ctx.builder.vision)
+    hindsights = writer.write(trajectories, seed=request_seed("library-write", cfg.seed))
+    entries = library_from(trajectories, hindsights)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entries, indent=1) + "\n")
+    library = StaticWriter(entries, allow_empty=True)
+    library.metrics = {"library/size": float(len(entries)),
+                       "library/valid_rate": sum(h.valid for h in hindsights) / max(1, len(hindsights))}
+    return library
+
+
+def start_rl(ctx: Context, resume: Path | None = None) -> None:
+    """Freeze the reference policy, build the writer and the optimizer (after the SFT
+    stages, so that the reference and the self writer start from the RL initialisation).
+
+    ``resume``: the checkpoint folder a resumed run continues from; the reference is then
+    restored from the run's saved RL initialisation (:func:`trainer.checkpoint.rl_init_path`)
+    and a frozen writer snapshot from the checkpoint, bit for bit, instead of being rebuilt
+    from the resumed policy."""
+    from trainer.run.checkpoint import WRITER, load_module, rl_init_path
+
+    cfg = ctx.cfg
+    if cfg.algo.kl_coef > 0:
+        ctx.reference = frozen_copy(ctx.model)  # stored in the compute dtype
+        if resume is not None and rl_init_path(cfg.output.dir).exists():  # older runs: rebuilt
+            load_module(ctx.reference, rl_init_path(cfg.output.dir))
+    if ctx.library is None and ctx.spec.skills and cfg.writer.kind == "static":
+        ctx.library = self_library(ctx, resume)
+    ctx.writer = make_writer(ctx, cfg.writer.kind if ctx.spec.skills else "none")
+    if resume is not None and frozen_writer(ctx) is not None and (Path(resume) / WRITER).exists():
+        ctx.writer.restore(Path(resume) / WRITER)
+    ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=cfg.algo.lr,
+                                      weight_decay=cfg.algo.weight_decay)

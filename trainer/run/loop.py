@@ -1,0 +1,252 @@
+"""Entry points: :func:`train` (warm start, Stage 1, Stage 2 RL, evaluation, checkpoints,
+MLflow) and :func:`evaluate` (a checkpoint on the fixed panels).
+
+The loop is a short sequence of named phases; each lives in its own module:
+``stages`` (SFT stages), ``rl`` (rollout, write, score, advantage, update), ``evaluate``,
+``records``, ``checkpoint``; tracking goes through :class:`trainer.tracking.RunLogger`.
+A crash marks the run FAILED with its traceback (``traceback.txt``); ``resume=True``
+continues the newest complete checkpoint in the same MLflow run at the same step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from trainer.config import RunConfig
+from trainer.episodes.records import build_records
+from trainer.models.folders import require_model_folder
+from trainer.run.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    load_trainer_state,
+    rl_init_path,
+    save_checkpoint,
+    save_module,
+)
+from trainer.run.components import Context, build_context, frozen_writer, start_rl
+from trainer.run.resolve import resolve
+from trainer.run.store import tracking_uri
+from trainer.run.tracking import RunLogger
+from trainer.stages.evaluate import evaluate_panels
+from trainer.stages.rl import PhaseTimer, collect_batch, skill_texts, step_metrics, update
+from trainer.stages.skill_sft import skill_sft, writer_validity
+from trainer.stages.warm_start import (
+    BUNDLE_META,
+    bundle_path,
+    check_bundle,
+    load_cached_warm_start,
+    save_warm_start,
+    warm_start,
+    warm_start_cache,
+)
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many consecutive RL steps had a NaN/inf loss."""
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    final_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, progress: bool = True) -> RunResult:
+    """Train ``cfg`` end to end and log it to MLflow (``run_id``: continue that run, as
+    sweeps do after creating the child run).  Raises after marking the run FAILED."""
+    cfg = resolve(cfg)
+    out = Path(cfg.output.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = latest_checkpoint(out) if resume else None
+    if ckpt is not None and run_id is None:
+        run_id = torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"]["run_id"] or None
+    if ckpt is None and cfg.stages.warm_start.enabled and cfg.stages.warm_start.checkpoint:
+        check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))  # before any run exists
+    logger = RunLogger(tracking_uri(cfg), cfg.tracking.experiment)
+    run_id = logger.start(cfg, run_id=run_id)
+    try:
+        final = _train(cfg, logger, out, ckpt, progress)
+    except BaseException as exc:
+        logger.fail(exc)
+        raise
+    logger.finish("FINISHED")
+    return RunResult(run_id, "FINISHED", final)
+
+
+def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, progress: bool) -> dict[str, float]:
+    cache = warm_start_cache(cfg) if ckpt is None else None
+    cached = load_cached_warm_start(cache)
+    if ckpt is None and cfg.stages.warm_start.enabled and cfg.stages.warm_start.checkpoint:
+        cached, cache = _saved_warm_start(cfg, logger), None
+    init = str(ckpt / "model") if ckpt is not None else cached
+    ctx = build_context(cfg, init_from=init)
+    if ckpt is None:
+        _sft_stages(ctx, logger, progress, cache, cached)
+        start_rl(ctx)
+        if ctx.library is not None and ctx.library.metrics:
+            logger.log_metrics(0, ctx.library.metrics)
+        if ctx.reference is not None:
+            save_module(ctx.reference, rl_init_path(out))  # restored on resume
+        state = TrainerState(run_id=logger.run_id)
+        final = _evaluate(ctx, logger, out, 0, batch=None)
+    else:
+        start_rl(ctx, resume=ckpt)
+        state = load_trainer_state(ckpt, ctx.optimizer)
+        state.run_id = logger.run_id
+        final = {}
+    steps = cfg.stages.rl.steps if ctx.spec.trains else 0
+    bar = tqdm(range(state.step + 1, steps + 1), desc=f"{cfg.algo.method}/{cfg.env.name}",
+               disable=not progress, initial=state.step, total=steps)
+    for step in bar:
+        metrics, batch = _rl_step(ctx, state, step)
+        if _due(step, cfg.eval.every, steps):
+            metrics.update(_evaluate(ctx, logger, out, step, batch))
+            final = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+        logger.log_metrics(step, metrics)
+        state.step = step
+        if _due(step, cfg.output.checkpoint_every, steps):
+            logger.flush()
+            save_checkpoint(out, state, ctx.model, ctx.tokenizer, ctx.optimizer, cfg.output.keep_checkpoints,
+                            writer_snapshot=frozen_writer(ctx))
+        bar.set_postfix(success=f"{metrics['train/success']:.2f}")
+    logger.flush()
+    last = latest_checkpoint(out) if cfg.output.log_checkpoints else None
+    if last is not None:
+        logger.log_artifacts(last, "checkpoint")
+    return final
+
+
+def _due(step: int, every: int, last: int) -> bool:
+    return step == last or (every > 0 and step % every == 0)
+
+
+def _saved_warm_start(cfg: RunConfig, logger: RunLogger) -> str:
+    """The folder of ``stages.warm_start.checkpoint`` (checked against the run by
+    :func:`train`); its
+    training figures and panel evaluation are logged at step 0 with ``warm/saved`` = 1."""
+    path = bundle_path(cfg.stages.warm_start.checkpoint)
+    meta = json.loads((path / BUNDLE_META).read_text())  # checked by train() already
+    logger.set_tags({"warm_start": str(path.name), "warm_start_fingerprint": meta["env_fingerprint"]})
+    evaluation = {f"warm/{k}": v for k, v in meta.get("evaluation", {}).items()}
+    logger.log_metrics(0, {**meta["metrics"], **evaluation, "warm/cached": 1.0, "warm/saved": 1.0})
+    return str(path)
+
+
+def _sft_stages(ctx: Context, logger: RunLogger, progress: bool, cache: Path | None, cached: str | None) -> None:
+    stages = ctx.cfg.stages
+    if cached is not None:  # a saved warm start logged its figures in _saved_warm_start
+        if not stages.warm_start.checkpoint:
+            metrics = json.loads((Path(cached).parent / "metrics.json").read_text())
+            logger.log_metrics(0, {**metrics, "warm/cached": 1.0})
+    elif stages.warm_start.enabled:
+        with _bar(progress, "warm start") as bar:
+            timer = PhaseTimer()
+            with timer("warm_start"):
+                metrics = warm_start(ctx, bar)
+            metrics.update(timer.metrics())
+        logger.log_metrics(0, {**metrics, "warm/cached": 0.0})
+        if cache is not None:
+            save_warm_start(ctx, cache, metrics)
+    if stages.skill_sft.enabled:
+        with _bar(progress, "skill SFT") as bar:
+            timer = PhaseTimer()
+            with timer("skill_sft"):
+                metrics = skill_sft(ctx, bar)
+            metrics.update(writer_validity(ctx))
+            logger.log_metrics(0, {**metrics, **timer.metrics()})
+
+
+@contextlib.contextmanager
+def _bar(progress: bool, desc: str):
+    bar = tqdm(desc=desc, unit="batch", disable=not progress)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def _rl_step(ctx: Context, state: TrainerState, step: int):
+    timer = PhaseTimer.for_device(ctx.device())
+    batch = collect_batch(ctx, step, timer)
+    loss_metrics, finite = update(ctx, batch, step, timer)
+    ctx.writer.on_update(step, ctx.model)
+    in_row = state.extra.get("nonfinite_in_row", 0)
+    if finite:
+        state.extra["nonfinite_in_row"] = 0
+    else:
+        state.nonfinite_steps += 1
+        state.extra["nonfinite_in_row"] = in_row + 1
+        if in_row + 1 >= ctx.cfg.stages.rl.max_nonfinite_in_row:
+            raise NonFiniteLossError(
+                f"{in_row + 1} consecutive RL steps had a non-finite loss (last at step {step}); "
+                "lower algo.lr or check the inputs (stages.rl.max_nonfinite_in_row sets the limit)")
+    metrics = step_metrics(ctx, batch, timer)
+    metrics.update({k: v for k, v in loss_metrics.items() if math.isfinite(v)})
+    metrics["train/nonfinite_steps"] = state.nonfinite_steps
+    return metrics, batch
+
+
+def _evaluate(ctx: Context, logger: RunLogger, out: Path, step: int, batch) -> dict[str, float]:
+    """Panels, per-turn records (evaluation episodes plus the step's training batch) and
+    sample skills, logged as artifacts."""
+    timer = PhaseTimer()
+    with timer("eval"):
+        metrics, records = evaluate_panels(ctx, step)
+    metrics.update(timer.metrics())
+    frames = [records]
+    if batch is not None:
+        frames.append(build_records(step, "train", batch.trajectories, batch.group_ids, batch.hindsights,
+                                    batch.deltas, batch.old.turn_ids, batch.old.mask, ctx.cfg.algo.beta_opd))
+        if batch.hindsights:
+            logger.log_text(_skills_text(ctx, batch), f"skills/step_{step:06d}.txt")
+    if ctx.cfg.tracking.records:
+        path = out / "records" / f"step_{step:06d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.concat(frames, ignore_index=True).to_parquet(path, index=False)
+        logger.log_artifact(path, "records")
+    logger.log_metrics(step, metrics)
+    return metrics
+
+
+def _skills_text(ctx: Context, batch, limit: int = 8) -> str:
+    """The first ``limit`` trajectories' hindsight as the teacher saw it: per teacher context
+    of the method, the exact text spliced in (``skill_texts``), or why there was none; the
+    writer's raw output when it was malformed."""
+    used = {context: skill_texts(ctx, context, batch) for context in ctx.spec.skills}
+    blocks = []
+    for i, (traj, h) in enumerate(list(zip(batch.trajectories, batch.hindsights))[:limit]):
+        lines = [f"# task {traj.task.id} success={traj.episode.success} valid={h.valid} "
+                 f"error_turn={h.error_turn}"]
+        for context, texts in used.items():
+            lines.append(f"{context}: {texts[i] or _no_skill(h, context)}")
+        if not h.valid:
+            raw = " ".join(h.raw.split())
+            lines.append(f"writer output: {raw[:400] or '(empty)'}")
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks)
+
+
+def _no_skill(h, context: str) -> str:
+    if not h.valid:
+        return "(none: the writer's output was malformed; no skill for this trajectory)"
+    return f"(none: the writer gave no {context} skill)"
+
+
+def evaluate(cfg: RunConfig, checkpoint: str | None = None) -> dict[str, float]:
+    """Evaluate a checkpoint (default: the newest in ``output.dir``) on the fixed panels."""
+    cfg = resolve(cfg)
+    path = checkpoint or latest_checkpoint(cfg.output.dir)
+    if path is None:
+        raise FileNotFoundError(f"no checkpoint under {cfg.output.dir}/checkpoints; pass --checkpoint")
+    ctx = build_context(cfg, init_from=str(require_model_folder(str(path), "checkpoint")))
+    metrics, _ = evaluate_panels(ctx, step=0)
+    return metrics

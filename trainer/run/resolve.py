@@ -1,0 +1,188 @@
+"""Resolution of a run config: the names it gives checked against the method registry, the
+environments and the bundled shapes (:func:`load_config`), and every method- or
+backbone-dependent default (``None`` in :mod:`trainer.config.schema`) filled in
+(:func:`resolve`), so that the logged config is what runs.  It sits above
+:mod:`trainer.algos`, :mod:`envs` and the models and imports them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import envs
+from trainer import algos
+from trainer.config import (
+    DEFAULT_LR,
+    DEFAULT_LR_TINY,
+    SHAPE_SUFFIX,
+    TINY_BACKBONES,
+    TINY_VL_BACKBONE,
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    flatten,
+    from_dict,
+    is_builtin_backbone,
+    read_yaml,
+    unknown_name_error,
+)
+from trainer.models import paper_shapes
+from trainer.models.folders import require_model_folder
+
+
+def check_registered(cfg: RunConfig) -> None:
+    """Cross-field names: ``algo.method`` must be in the trainer.algos registry and
+    ``env.name`` in ``envs.names()``; the error lists the valid names with a suggestion."""
+    methods = algos.method_names()
+    removed = getattr(algos, "REMOVED_METHODS", {})
+    if cfg.algo.method in removed:
+        raise ConfigError(f"algo.method: {removed[cfg.algo.method]}")
+    if cfg.algo.method not in methods:
+        raise unknown_name_error("algo.method", "method", cfg.algo.method, methods)
+    if cfg.env.name not in envs.names():
+        raise unknown_name_error("env.name", "env", cfg.env.name, envs.names())
+    levels = envs.env_class(cfg.env.name).levels
+    if cfg.env.level and cfg.env.level not in levels:
+        raise ConfigError(f"env.level: {cfg.env.level!r} is not a level of {cfg.env.name}; "
+                          f"valid: {', '.join(levels)}")
+    if cfg.env.show_admissible and not envs.has_admissible_switch(cfg.env.name):
+        raise ConfigError(f"env.show_admissible: {cfg.env.name} has no admissible-command list "
+                          f"to show; set it to false or null")
+    if cfg.env.action_format != "text":
+        if not envs.has_option(cfg.env.name, "action_format"):
+            raise ConfigError(f"env.action_format: {cfg.env.name} takes only text actions; "
+                              f"{cfg.env.action_format!r} needs an env with a numbered list "
+                              f"(household)")
+        if cfg.env.show_admissible is False:
+            raise ConfigError(f"env.action_format: {cfg.env.action_format!r} picks from the "
+                              f"admissible list, so env.show_admissible cannot be false")
+    if cfg.env.action_match != "exact" and not envs.has_option(cfg.env.name, "action_match"):
+        with_match = [n for n in envs.names() if envs.has_option(n, "action_match")]
+        raise ConfigError(f"env.action_match: {cfg.env.name} reads commands only as written; "
+                          f"{cfg.env.action_match!r} needs an env with admissible commands "
+                          f"({', '.join(with_match)})")
+    if cfg.env.progress_reward and not envs.has_option(cfg.env.name, "progress_reward"):
+        shaped = [n for n in envs.names() if envs.has_option(n, "progress_reward")]
+        raise ConfigError(f"env.progress_reward: {cfg.env.name} has no distance-to-goal reward; "
+                          f"envs with one: {', '.join(shaped)}")
+    if cfg.env.images and not envs.has_option(cfg.env.name, "images"):
+        with_images = [n for n in envs.names() if envs.has_option(n, "images")]
+        raise ConfigError(f"env.images: {cfg.env.name} renders no images; envs with images: "
+                          f"{', '.join(with_images)}")
+    text_only = is_builtin_backbone(cfg.model.backbone) and cfg.model.backbone != TINY_VL_BACKBONE
+    if cfg.env.images and text_only:
+        raise ConfigError(f"model.backbone: {cfg.model.backbone!r} reads text only; env.images needs "
+                          f"a vision-language backbone: tiny-vl or a Qwen2-VL / Qwen2.5-VL path")
+    if cfg.model.backbone == TINY_VL_BACKBONE and not cfg.env.images:
+        raise ConfigError("model.backbone: 'tiny-vl' reads images; set env.images=true (with "
+                          "sokoban or ezpoints) or use backbone 'tiny' for text")
+
+
+def load_config(path: str | Path, overrides: Iterable[str] | Mapping[str, Any] = ()) -> RunConfig:
+    """Read a run-config YAML (overrides of the :class:`RunConfig` defaults), apply
+    ``--set`` style ``overrides`` and check the method and env names.  Not yet resolved:
+    call :func:`resolve` for the method/backbone defaults."""
+    data = read_yaml(path)
+    try:
+        cfg = from_dict(data)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    cfg = apply_overrides(cfg, overrides)
+    check_registered(cfg)
+    return cfg
+
+
+def resolve(cfg: RunConfig) -> RunConfig:
+    """Fill every ``None`` (= "the default for this method/backbone") from the method table
+    ``trainer.algos.get_method(cfg.algo.method)`` and the backbone, so that the logged config
+    is what runs:
+
+    * the ``algo`` section <- ``trainer.algos.resolve_algo(spec, cfg.algo)``, the method
+      table's own rule: ``lambda_opd`` / ``teacher`` from the spec (SEED 0.01 with the
+      current-policy teacher, ETRO 0.001 with the old one) and the ETRO suffix-ablation pins;
+    * ``writer.kind`` <- spec ``writer``;
+    * ``algo.lr`` <- DEFAULT_LR_TINY for the tiny backbone, DEFAULT_LR otherwise; Stage-1
+      ``stages.skill_sft.lr`` <- the resolved ``algo.lr``;
+    * ``stages.warm_start.enabled`` <- backbone is tiny; ``stages.skill_sft.enabled`` <- spec
+      ``skill_sft`` (SEED Stage 1).
+
+    A method that pins the writer refresh (spec ``writer_refresh`` not None, e.g. the stale
+    analyzer ``seed_stale`` = 0, never) overrides ``writer.refresh_every``, and so does the
+    frozen writer (0).  Raises ConfigError for an
+    unknown method/env, an oracle writer on a non-built-in env, an external writer without
+    endpoint, or a default the method table leaves open.
+    """
+    check_registered(cfg)
+    spec = algos.get_method(cfg.algo.method)
+    cfg = dataclasses.replace(cfg, algo=algos.resolve_algo(spec, cfg.algo))
+    tiny = cfg.model.backbone in TINY_BACKBONES
+    lr = cfg.algo.lr if cfg.algo.lr is not None else (DEFAULT_LR_TINY if tiny else DEFAULT_LR)
+    env_cls = envs.env_class(cfg.env.name)
+    defaults = {
+        "env.show_admissible": envs.has_admissible_switch(cfg.env.name),
+        "algo.lr": lr,
+        "writer.kind": spec.writer,
+        "stages.warm_start.enabled": tiny,
+        "stages.skill_sft.enabled": spec.skill_sft,
+        "stages.skill_sft.lr": lr,
+    }
+    flat = flatten(cfg)
+    fills = {k: v for k, v in defaults.items() if flat[k] is None}
+    if not cfg.env.level:
+        fills["env.level"] = env_cls.levels[0]
+    if spec.writer_refresh is not None:
+        fills["writer.refresh_every"] = spec.writer_refresh
+    if (fills.get("writer.kind") or cfg.writer.kind) == "frozen":
+        fills["writer.refresh_every"] = 0  # a frozen writer is never refreshed: logged as such
+    out = apply_overrides(cfg, fills)  # validates everything, resolve_algo's changes too
+    open_keys = [k for k, v in flatten(out).items() if v is None]
+    if open_keys:
+        raise ConfigError(f"method {cfg.algo.method!r} gives no default for "
+                          f"{', '.join(open_keys)}; set it explicitly")
+    _check_writer(out)
+    _check_backbone(out)
+    _check_teacher(out, spec)
+    return out
+
+
+def _check_teacher(cfg: RunConfig, spec) -> None:
+    """``algo.teacher: current`` scores the teacher inside the update; a method that routes
+    Delta through its advantages (ETRO's family, RLSD: spec ``credit``) computes them once
+    before the update, so only the old-policy teacher means anything there."""
+    if cfg.algo.teacher == "current" and spec.credit is not None:
+        raise ConfigError(f"algo.teacher: 'current' needs a method whose OPD is a loss term; "
+                          f"{spec.name} puts Delta into advantages computed before the update, "
+                          f"so its teacher is 'old' (set algo.teacher=old or leave it null)")
+    if cfg.algo.teacher == "old" and spec.opd_loss == "opsd" and cfg.algo.opsd_top_k > 0:
+        raise ConfigError(f"algo.opsd_top_k: distribution matching scores the teacher's top-k "
+                          f"inside the update, so {spec.name} needs algo.teacher=current; set "
+                          f"algo.opsd_top_k=0 (the sampled-token estimate) to use the old teacher")
+
+
+def _check_backbone(cfg: RunConfig) -> None:
+    """A name ending in ``-shape`` must be a bundled shape (trainer/shapes.py)."""
+    if cfg.model.backbone.endswith(SHAPE_SUFFIX):
+        try:
+            paper_shapes.check_shape(cfg.model.backbone)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+
+def _check_writer(cfg: RunConfig) -> None:
+    """The oracle writer reads privileged state of the built-in envs only (DESIGN.md
+    "Writers"); the external writer needs an endpoint."""
+    if cfg.writer.kind == "oracle" and cfg.env.name not in envs.BUILTIN:
+        raise ConfigError(f"writer.kind: 'oracle' needs a built-in env "
+                          f"({', '.join(envs.BUILTIN)}), got env.name {cfg.env.name!r}; "
+                          f"use writer.kind=self, frozen or external")
+    if cfg.writer.checkpoint and cfg.writer.kind != "frozen":
+        raise ConfigError(f"writer.checkpoint: only the frozen writer reads it, but writer.kind "
+                          f"is {cfg.writer.kind!r}; set writer.kind=frozen or drop the checkpoint")
+    if cfg.writer.checkpoint:
+        require_model_folder(cfg.writer.checkpoint, "writer.checkpoint")
+    if cfg.writer.kind == "external" and not cfg.writer.endpoint:
+        raise ConfigError("writer.endpoint: required when writer.kind is 'external' "
+                          "(an OpenAI-compatible base URL)")

@@ -1,0 +1,501 @@
+"""One RL update (SEED Algorithm 1; ETRO Sec. 3.4) as a short sequence of named phases.
+
+rollout -> write -> score (student/behaviour) -> reference -> teacher -> advantage ->
+update.  Everything method-specific comes from the :class:`~trainer.algos.MethodSpec` and
+the registry (``token_advantages``, ``policy_loss``); nothing here branches on names.
+
+Teacher log-probs (DESIGN.md): the resolved ``algo.teacher`` (the method's default unless
+set) decides: ``old`` scores each skill context once with the frozen policy before the
+update (ETRO, OPID); ``current`` scores the method's primary context with the live policy
+inside each minibatch (SEED, SDAR), and the Delta of the first epoch is kept for the per-turn
+records.  Both detached.  A row gets OPD for a context exactly when it has that context's
+text: the privileged context always (it never depends on a writer), the Positive skill when
+the writer's output parsed, the Negative skill when it also named a boundary; a valid
+output without a (valid) boundary keeps Positive throughout (ETRO's k = infinity).
+
+Same history for teacher and student (DESIGN.md, "Skill splicing"): a teacher sequence is
+the student's, history truncation included, with the context's text spliced in on top.  That
+text has its own budget, ``writer.max_skill_tokens``: a longer one is cut once per step
+(``skill/cut_count``, ``skill/cut_rate``), never an error.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import resource
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from envs.base import Hindsight
+from trainer.algos import (
+    CreditInputs,
+    LossInputs,
+    aggregation_weights,
+    policy_loss,
+    token_advantages,
+)
+from trainer.episodes.rollout import Sampling, collect
+from trainer.episodes.samples import Trajectory, assert_same_actions, cut_skill, join_skills
+from trainer.episodes.scoring import (
+    ActionBatch,
+    ActionIndex,
+    TopK,
+    action_index,
+    from_actions,
+    gather_actions,
+    score_trajectories,
+    sequence_logprobs,
+    to_actions,
+)
+from trainer.models.backends import request_seed
+from trainer.run.components import Context
+
+
+@dataclass
+class PhaseTimer:
+    """Wall time per named phase (``time/<phase>_s``).
+
+    ``sync`` (e.g. ``torch.cuda.synchronize``) is called at the start and the end of every
+    phase, so that queued GPU work is charged to the phase that launched it; None (the
+    default) measures host time only, which is exact on CPU."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    sync: Callable[[], None] | None = None
+
+    @contextmanager
+    def __call__(self, phase: str):
+        if self.sync is not None:
+            self.sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.sync is not None:
+                self.sync()
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{k}_s": v for k, v in self.seconds.items()}
+
+    @classmethod
+    def for_device(cls, device: torch.device) -> PhaseTimer:
+        """A timer that synchronises CUDA at phase boundaries when ``device`` is a GPU."""
+        return cls(sync=torch.cuda.synchronize if device.type == "cuda" else None)
+
+
+@dataclass
+class StepBatch:
+    """What the update and the per-turn records need from one step's data phase."""
+
+    trajectories: list[Trajectory]
+    group_ids: list[int]
+    rollout_skills: list[str | None] | None
+    hindsights: list[Hindsight] | None
+    old: ActionBatch
+    advantages: torch.Tensor
+    logp_ref: torch.Tensor | None
+    teacher: dict[str, torch.Tensor]
+    opd_rows: dict[str, torch.Tensor]
+    deltas: dict[str, torch.Tensor]
+    generated_tokens: int = 0
+    adv_metrics: dict[str, float] = field(default_factory=dict)
+    # context -> each row's teacher text within writer.max_skill_tokens (None = none)
+    texts: dict[str, list[str | None]] = field(default_factory=dict)
+    skill_metrics: dict[str, float] = field(default_factory=dict)
+    # tokens of the student's scoring contexts, and those of them that stand for images
+    context_tokens: int = 0
+    image_tokens: int = 0
+
+
+def teacher_mode(ctx: Context) -> str:
+    """The resolved ``algo.teacher`` (``old`` / ``current``): the config's value, else the
+    method's default (never the spec's own value over the config's)."""
+    teacher = ctx.cfg.algo.teacher
+    return ctx.spec.teacher if teacher is None else teacher
+
+
+def context_skills(ctx: Context, context: str, trajectories, hindsights) -> list[str | None]:
+    """Each trajectory's own text for teacher context ``context`` (None = none): the
+    privileged context whatever the writer said; the writer's Positive skill when its output
+    parsed; its Negative skill when it also named a boundary."""
+    texts = []
+    for traj, h in zip(trajectories, hindsights or [None] * len(trajectories)):
+        if context == "privileged":
+            texts.append(ctx.privileged(traj.task))
+        elif h is None or not h.valid:
+            texts.append(None)
+        else:
+            texts.append((h.positive_skill if context == "positive" else h.negative_skill) or None)
+    return texts
+
+
+def budgeted_texts(ctx: Context, contexts, trajectories, hindsights) -> tuple[dict, dict[str, float]]:
+    """Each context's :func:`context_skills`, cut to ``writer.max_skill_tokens`` tokens, and
+    ``skill/cut_count`` (texts cut, all contexts) and ``skill/cut_rate`` (of the texts)."""
+    budget = ctx.cfg.writer.max_skill_tokens
+    texts, cut, present = {}, 0, 0
+    for context in contexts:
+        pairs = [cut_skill(ctx.tokenizer, t, budget)
+                 for t in context_skills(ctx, context, trajectories, hindsights)]
+        texts[context] = [t for t, _ in pairs]
+        cut += sum(c for _, c in pairs)
+        present += sum(t is not None for t, _ in pairs)
+    metrics = {"skill/cut_count": float(cut), "skill/cut_rate": cut / present if present else 0.0}
+    return texts, metrics
+
+
+def _added_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None]:
+    """The teacher's own text per row for ``context`` (budgeted when collected)."""
+    if context in batch.texts:
+        return batch.texts[context]
+    return budgeted_texts(ctx, [context], batch.trajectories, batch.hindsights)[0][context]
+
+
+def skill_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None]:
+    """The text spliced into each trajectory's context for teacher context ``context``:
+    the rollout skill (Skill-GRPO) joined with :func:`context_skills` within the skill budget
+    (None = no skill)."""
+    texts = _added_texts(ctx, context, batch)
+    return [join_skills(r, s) for r, s in zip(batch.rollout_skills or [None] * len(texts), texts)]
+
+
+def _score(ctx: Context, model, trajectories, skills, grad=False, entropy=False) -> tuple[ActionBatch, list]:
+    """Scored [B, T] action tokens and the sequences they came from."""
+    return score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=ctx.cfg.algo.micro_batch_size,
+                              grad=grad, with_entropy=entropy, temperature=ctx.cfg.rollout.temperature)
+
+
+def _teacher_logp(ctx: Context, model, batch: StepBatch, context: str, student_seq, rows=None) -> torch.Tensor:
+    """Teacher log-probs [B, T] of ``context`` for ``rows`` (default all); rows without that
+    skill get the student's own log-probs (Delta = 0).  ``student_seq`` are the student
+    sequences of the same rows, already built by the scoring pass; the teacher must score
+    identical action tokens (asserted), in the student's context (rollout skill and history
+    truncation) with the context's text added."""
+    return _teacher_scores(ctx, model, batch, context, student_seq, rows).logp
+
+
+def _teacher_scores(ctx: Context, model, batch: StepBatch, context: str, student_seq, rows=None,
+                    top_k: int = 0) -> ActionBatch:
+    """:func:`_teacher_logp` as the whole :class:`ActionBatch`; ``top_k`` adds the teacher's
+    k most likely ids and their log-probs per action token (OPSD's distribution matching)."""
+    rows = list(range(len(batch.trajectories))) if rows is None else rows
+    added = _added_texts(ctx, context, batch)
+    student = batch.rollout_skills or [None] * len(batch.trajectories)
+    teacher, teacher_seq = score_trajectories(
+        model, ctx.builder, [batch.trajectories[i] for i in rows], [student[i] for i in rows],
+        micro_batch=ctx.cfg.algo.micro_batch_size, added_skills=[added[i] for i in rows], with_entropy=False,
+        top_k=top_k,
+        temperature=ctx.cfg.rollout.temperature)
+    assert_same_actions(student_seq, teacher_seq)
+    return teacher
+
+
+def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
+    """Phases rollout, write, score, reference, teacher (old), advantage."""
+    cfg, spec = ctx.cfg, ctx.spec
+    rng = random.Random(f"tasks:{cfg.seed}:{step}")
+    tasks = rng.sample(ctx.train_tasks, cfg.rollout.tasks_per_step)
+    batch_tasks = [t for t in tasks for _ in range(cfg.rollout.group_size)]
+    group_ids = [g for g in range(len(tasks)) for _ in range(cfg.rollout.group_size)]
+    rollout_skills = [ctx.library.retrieve(t) for t in batch_tasks] if spec.rollout_skill else None
+    sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
+    with timer("rollout"):
+        trajectories, generated = collect(ctx.make_env, batch_tasks, ctx.builder, ctx.backend, sampling,
+                                          rollout_skills, seed=request_seed("rollout", cfg.seed, step))
+    with timer("write"):
+        hindsights = ctx.writer.write(trajectories, seed=request_seed("write", cfg.seed, step)) \
+            if spec.skills else None
+    for backend in {id(b): b for b in (ctx.backend, getattr(ctx.writer, "backend", ctx.backend))}.values():
+        backend.release()  # an engine sleeps through scoring and the update
+    with timer("score"):
+        old, student_seq = _score(ctx, ctx.model, trajectories, rollout_skills, entropy=True)
+    logp_ref = None
+    if ctx.reference is not None:
+        with timer("reference"):
+            logp_ref = _score(ctx, ctx.reference, trajectories, rollout_skills)[0].logp
+    texts, skill_metrics = budgeted_texts(ctx, spec.skills, trajectories, hindsights)
+    rows = {c: torch.tensor([t is not None for t in texts[c]], device=old.logp.device)
+            for c in spec.skills}  # context -> [B] bool
+    batch = StepBatch(trajectories, group_ids, rollout_skills, hindsights, old, old.logp.new_zeros(()), logp_ref,
+                      {}, rows, {}, generated, texts=texts,
+                      skill_metrics=skill_metrics if spec.skills else {},
+                      context_tokens=sum(len(s) for s in student_seq),
+                      image_tokens=_image_tokens(ctx, student_seq))
+    if spec.skills and teacher_mode(ctx) == "old":
+        with timer("teacher"):
+            for context in spec.skills:
+                batch.teacher[context] = _teacher_logp(ctx, ctx.model, batch, context, student_seq)
+    for context, logp in batch.teacher.items():
+        batch.deltas[context] = (logp - old.logp) * old.mask * rows[context][:, None]  # [B, T]
+    with timer("advantage"):
+        batch.advantages, batch.adv_metrics = token_advantages(spec, credit_inputs(batch, step, cfg.seed), cfg.algo)
+    return batch
+
+
+def _image_tokens(ctx: Context, sequences) -> int:
+    """Image placeholder tokens in ``sequences`` (0 without images)."""
+    vision = ctx.builder.vision
+    if vision is None:
+        return 0
+    return sum(i == vision.image_token_id for s in sequences for i in s.input_ids)
+
+
+def credit_inputs(batch: StepBatch, step: int, seed: int) -> CreditInputs:
+    episodes = [t.episode for t in batch.trajectories]
+    device = batch.old.logp.device
+    error_turn = [(-1 if h is None or not h.valid or h.error_turn is None else h.error_turn)
+                  for h in (batch.hindsights or [None] * len(episodes))]
+    return CreditInputs(
+        rewards=torch.tensor([e.total_reward for e in episodes], dtype=torch.float32, device=device),
+        group_ids=torch.tensor(batch.group_ids, device=device),
+        mask=batch.old.mask, turn_ids=batch.old.turn_ids,
+        success=torch.tensor([e.success for e in episodes], device=device),
+        error_turn=torch.tensor(error_turn, device=device),
+        delta_pos=batch.deltas.get("positive"), delta_neg=batch.deltas.get("negative"),
+        delta_priv=batch.deltas.get("privileged"),
+        step=step, generator=torch.Generator().manual_seed(seed * 7919 + step),
+    )
+
+
+def update(ctx: Context, batch: StepBatch, step: int, timer: PhaseTimer) -> tuple[dict[str, float], bool]:
+    """PPO epochs over trajectory minibatches, one optimizer step each.  Returns (mean loss
+    metrics, finite)."""
+    cfg = ctx.cfg
+    n = len(batch.trajectories)
+    size = cfg.algo.minibatch_size or n
+    order = list(range(n))
+    random.Random(f"mb:{cfg.seed}:{step}").shuffle(order)
+    sums: dict[str, float] = {}
+    count, finite = 0, True
+    with timer("update"):
+        for epoch in range(cfg.algo.ppo_epochs):
+            for start in range(0, n, size):
+                rows = order[start:start + size]
+                metrics, ok = _minibatch(ctx, batch, rows, timer, record=epoch == 0)
+                finite &= ok
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+    return {k: v / max(count, 1) for k, v in sums.items()}, finite
+
+
+@dataclass
+class _Minibatch:
+    """One PPO minibatch's sequences and what its micro-batches gather from the step's
+    [B, T] tensors: the student's (and, when scored inside the update, the teacher's)
+    sequences, where their tokens are (:class:`~trainer.scoring.ActionIndex`), the
+    trajectory rows they belong to, and each token's share of the minibatch's loss."""
+
+    student: list
+    teacher: list | None
+    index: ActionIndex
+    traj_rows: torch.Tensor
+    weights: torch.Tensor  # [B, T], the minibatch's rows filled (aggregation_weights)
+
+
+def _plan(ctx: Context, batch: StepBatch, rows: list[int]) -> _Minibatch:
+    """Build the minibatch's sequences and aggregation weights (computed over the whole
+    minibatch, so that its micro-batches' losses add up to the minibatch's loss)."""
+    trajs = [batch.trajectories[i] for i in rows]
+    skills = None if batch.rollout_skills is None else [batch.rollout_skills[i] for i in rows]
+    student = ctx.builder.build_batch(trajs, skills)
+    teacher = None
+    if ctx.spec.skills and teacher_mode(ctx) == "current":
+        added = _added_texts(ctx, ctx.spec.skills[0], batch)
+        teacher = ctx.builder.build_batch(trajs, skills, [added[i] for i in rows])
+        assert_same_actions(student, teacher)
+    traj_rows = torch.tensor(rows, device=batch.old.mask.device)
+    weights = torch.zeros_like(batch.old.mask)
+    weights[traj_rows] = aggregation_weights(batch.old.mask[traj_rows], ctx.cfg.algo.loss_agg)
+    return _Minibatch(student, teacher, action_index(student, len(rows)), traj_rows, weights)
+
+
+def micro_batches(sequences, size: int) -> list[list[int]]:
+    """Indices of ``sequences`` in groups of at most ``size``, longest first (less padding)."""
+    order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTimer,
+               record: bool = False) -> tuple[dict[str, float], bool]:
+    """One PPO minibatch: forward and backward per micro-batch of ``algo.micro_batch_size``
+    sequences (gradient accumulation), each micro-batch's loss weighted by its tokens' share
+    of the minibatch's aggregation (``algo.loss_agg``), so the accumulated gradient is that of
+    one backward over the minibatch; then one clipped optimizer step.  ``record``: keep the
+    current teacher's Delta of these rows in ``batch.deltas`` (the per-turn records read it)."""
+    cfg = ctx.cfg
+    plan = _plan(ctx, batch, rows)
+    ctx.optimizer.zero_grad(set_to_none=True)
+    totals: dict[str, float] = {}
+    tokens = 0.0
+    for part in micro_batches(plan.student, cfg.algo.micro_batch_size):
+        loss, metrics, n_tokens = _micro_loss(ctx, batch, plan, part, timer, record)
+        if not torch.isfinite(loss):
+            ctx.optimizer.zero_grad(set_to_none=True)
+            return metrics, False
+        loss.backward()
+        _accumulate(totals, metrics, n_tokens)
+        tokens += n_tokens
+    metrics = _finish(totals, tokens)
+    if cfg.algo.grad_clip > 0:
+        metrics["update/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.algo.grad_clip))
+    ctx.optimizer.step()
+    ctx.optimizer.zero_grad(set_to_none=True)  # the gradients' memory is free until the next backward
+    return metrics, True
+
+
+def _micro_loss(ctx: Context, batch: StepBatch, plan: _Minibatch, part: list[int], timer: PhaseTimer,
+                record: bool) -> tuple[torch.Tensor, dict[str, float], float]:
+    """The weighted loss of one micro-batch (the sequences ``part`` of the minibatch), in the
+    sequence-action layout [n, A]; its metrics and its number of tokens."""
+    cfg, spec = ctx.cfg, ctx.spec
+    index = plan.index.part(part)
+    take = lambda x: None if x is None else gather_actions(x, index, plan.traj_rows)  # [B, T] -> [n, A]
+    student = [plan.student[i] for i in part]
+    top_k = cfg.algo.opsd_top_k if spec.opd_loss == "opsd" and plan.teacher is not None else 0
+    teacher, support = None, None
+    if plan.teacher is not None:  # the current-policy teacher, scored on the same tokens
+        teacher_seqs = [plan.teacher[i] for i in part]
+        teacher_index = action_index(teacher_seqs)  # positions in its own sequences
+        with timer("teacher"), torch.no_grad():
+            scored = sequence_logprobs(ctx.model, teacher_seqs, len(part), with_entropy=False,
+                                       topk=TopK(k=top_k) if top_k else None,
+                                       temperature=cfg.rollout.temperature, vision=ctx.builder.vision)
+        teacher = to_actions(scored[0], teacher_index)  # [n, A]
+        if top_k:
+            support = (to_actions(scored[2][0], teacher_index), to_actions(scored[2][1], teacher_index))
+    topk = None
+    if support is not None:  # the student on the teacher's support, in its own positions
+        topk = TopK(ids=from_actions(support[1], index, max(len(s) for s in student)))
+    scored = sequence_logprobs(ctx.model, student, len(part), grad=True, with_entropy=False, topk=topk,
+                               temperature=cfg.rollout.temperature, vision=ctx.builder.vision)
+    logp = to_actions(scored[0], index)  # [n, A], with gradient
+    mask = index.mask.to(logp.device).float()
+    opd_mask = None
+    if spec.skills:
+        primary = spec.skills[0]
+        opd_mask = take(batch.old.mask * batch.opd_rows[primary][:, None])
+        if teacher is None:
+            teacher = take(batch.teacher[primary])
+        elif record:
+            _record_delta(batch, primary, plan, index,
+                          torch.where(opd_mask.bool(), teacher - logp.detach(), 0.0))
+    inputs = LossInputs(logp=logp, logp_old=take(batch.old.logp), advantages=take(batch.advantages),
+                        mask=mask, logp_ref=take(batch.logp_ref), logp_teacher=teacher, opd_mask=opd_mask,
+                        topk_logp=None if support is None else to_actions(scored[2][0], index),
+                        topk_logp_teacher=None if support is None else support[0],
+                        agg_weights=take(plan.weights))
+    loss, metrics = policy_loss(spec, inputs, cfg.algo)
+    return loss, metrics, float(mask.sum())
+
+
+# Loss metrics of a micro-batch that are its weighted share of the minibatch's loss (they add
+# up over micro-batches), and those that are maxima; every other metric is a mean over the
+# micro-batch's tokens, combined weighted by its tokens.
+_SUMMED = ("loss/total", "loss/rl", "loss/opd", "ppo/pg_loss")
+_MAXED = ("ppo/ratio_max",)
+
+
+def _accumulate(totals: dict[str, float], metrics: dict[str, float], tokens: float) -> None:
+    for key, value in metrics.items():
+        if key in _SUMMED:
+            totals[key] = totals.get(key, 0.0) + value
+        elif key in _MAXED:
+            totals[key] = max(totals.get(key, -math.inf), value)
+        else:
+            totals[key] = totals.get(key, 0.0) + value * tokens
+
+
+def _finish(totals: dict[str, float], tokens: float) -> dict[str, float]:
+    return {k: v if k in _SUMMED or k in _MAXED else v / max(tokens, 1.0) for k, v in totals.items()}
+
+
+def _record_delta(batch: StepBatch, context: str, plan: _Minibatch, index: ActionIndex, delta: torch.Tensor) -> None:
+    """Write a micro-batch's Delta ``[n, A]`` into ``batch.deltas[context]`` ``[B, T]``."""
+    full = batch.deltas.setdefault(context, torch.zeros_like(batch.old.logp))
+    keep = index.mask.to(full.device)
+    rows = plan.traj_rows.to(full.device)[index.rows.to(full.device)]
+    full[rows[keep], index.cols.to(full.device)[keep]] = delta.detach().to(full.dtype)[keep]
+
+
+def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str, float]:
+    """Rollout, writer and performance metrics of one step (loss metrics come from update)."""
+    episodes = [t.episode for t in batch.trajectories]
+    turns = [t for e in episodes for t in e.turns]
+    mask = batch.old.mask
+    metrics = {
+        "train/success": _mean([e.success for e in episodes]),
+        "train/score": _mean([e.score for e in episodes]),
+        "train/reward": _mean([e.total_reward for e in episodes]),
+        "train/episode_length": _mean([len(e.turns) for e in episodes]),
+        "train/invalid_rate": _mean([not t.valid for t in turns]),
+        # commands read as a similar admissible one (env.action_match: nearest; else 0)
+        "train/matched_rate": _mean([bool(t.info.get("matched")) for t in turns]),
+        "train/entropy": float((batch.old.entropy * mask).sum() / mask.sum().clamp(min=1)),
+    }
+    metrics.update(batch.adv_metrics)
+    metrics.update(batch.skill_metrics)
+    if batch.hindsights is not None:
+        skills = [h.positive_skill for h in batch.hindsights if h.valid]
+        metrics["writer/invalid_rate"] = _mean([not h.valid for h in batch.hindsights])
+        metrics["writer/skill_tokens"] = _mean([len(ctx.tokenizer.encode(s)) for s in skills]) if skills else 0.0
+        metrics["writer/boundary_rate"] = _mean([h.error_turn is not None for h in batch.hindsights if h.valid])
+        metrics["writer/boundary_invalid_rate"] = _mean([not h.boundary_valid for h in batch.hindsights if h.valid])
+    metrics.update(logprob_gap(batch.trajectories, batch.old))
+    metrics["rollout/distinct_rate"] = distinct_rate(batch.trajectories, batch.group_ids)
+    metrics["perf/tokens_per_s"] = batch.generated_tokens / max(timer.seconds.get("rollout", 0.0), 1e-9)
+    metrics["perf/peak_mem_mb"] = peak_memory_mb()
+    # what one scoring pass of the student contexts reads (each of score, reference, teacher
+    # and update reads about as much), images included (model.max_image_tokens bounds each)
+    metrics["perf/context_tokens"] = float(batch.context_tokens)
+    metrics["perf/image_tokens"] = float(batch.image_tokens)
+    metrics.update(timer.metrics())
+    return metrics
+
+
+def logprob_gap(trajectories: list[Trajectory], old: ActionBatch) -> dict[str, float]:
+    """``rollout/logprob_diff_mean`` / ``_max``: |log-prob the backend sampled a token with -
+    the trainer's old-policy log-prob of it| over the step's sampled tokens (verl's
+    ``training/rollout_probs_diff_*``), from the log-probs the backend returned with its
+    samples (:attr:`trainer.backend.Generation.logprobs`), never a re-score.  Near 0 when
+    the engine holds the trainer's weights; it grows when the engine lags behind them."""
+    engine = torch.zeros_like(old.logp)
+    sampled = torch.zeros_like(old.mask, dtype=torch.bool)
+    for row, traj in enumerate(trajectories):
+        column = 0
+        for ids, lps in zip(traj.response_ids, traj.logprobs or [()] * len(traj.response_ids)):
+            if lps:
+                engine[row, column:column + len(ids)] = torch.tensor(lps, dtype=engine.dtype)
+                sampled[row, column:column + len(ids)] = True
+            column += len(ids)
+    keep = sampled & old.mask.bool()
+    if not keep.any():
+        return {}
+    gap = (engine - old.logp).abs()[keep]
+    return {"rollout/logprob_diff_mean": float(gap.mean()), "rollout/logprob_diff_max": float(gap.max())}
+
+
+def distinct_rate(trajectories: list[Trajectory], group_ids: list[int]) -> float:
+    """Mean over GRPO groups of (distinct trajectories / group size), a trajectory being its
+    sampled token ids: 1 when every sample of a group differs, 1/G when a group got one sample
+    G times (one seeded sampling for a whole call does that on vLLM)."""
+    groups: dict[int, list] = {}
+    for traj, group in zip(trajectories, group_ids):
+        groups.setdefault(group, []).append(traj.response_ids)
+    return _mean([len(set(members)) / len(members) for members in groups.values()])
+
+
+def peak_memory_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _mean(values) -> float:
+    values = [float(v) for v in values]
+    return sum(values) / len(values) if values else math.nan

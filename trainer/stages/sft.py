@@ -1,0 +1,125 @@
+"""Supervised fine-tuning on token sequences: NLL of the masked tokens.
+
+One function serves both SFT stages: the warm start (behaviour cloning on scripted-expert
+demonstrations) and SEED's Stage 1 (trajectory -> hindsight skill, review Eq. SFT).  Each
+example is a :class:`~trainer.samples.TokenSequence` whose ``action_mask`` marks the target
+tokens; the loss is the token-mean NLL over the targets of a minibatch.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+import torch
+
+from trainer.episodes.samples import TokenSequence, Trajectory
+from trainer.episodes.scoring import sequence_logprobs
+from trainer.hindsight.analyzer import analyzer_target
+from trainer.hindsight.writers import writer_input
+from trainer.models.chat import encode
+from trainer.run.components import Context
+
+
+def example(prompt_ids: Sequence[int], target_ids: Sequence[int], images: Sequence = ()) -> TokenSequence:
+    """A prompt -> target example (the loss covers the target tokens only); ``images``: those
+    of the prompt's placeholders."""
+    n, m = len(prompt_ids), len(target_ids)
+    return TokenSequence(tuple(prompt_ids) + tuple(target_ids), (0,) * n + (1,) * m, (-1,) * n + (0,) * m,
+                         images=tuple(images))
+
+
+def warmup_cosine(total_steps: int, warmup: float = 0.05, floor: float = 0.1):
+    """Learning-rate factor per optimizer step: linear warm-up over the first ``warmup``
+    fraction of ``total_steps``, then cosine decay to ``floor`` (the usual SFT schedule)."""
+    ramp = max(1, round(warmup * total_steps))
+
+    def factor(step: int) -> float:
+        if step < ramp:
+            return (step + 1) / ramp
+        progress = min(1.0, (step - ramp) / max(1, total_steps - ramp))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def sft(
+    model,
+    examples: Sequence[TokenSequence],
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    weight_decay: float = 0.0,
+    grad_clip: float = 1.0,
+    progress=None,
+    vision=None,
+    micro_batch: int | None = None,
+) -> dict[str, float]:
+    """Fine-tune ``model`` in place (AdamW, :func:`warmup_cosine` schedule); ``vision``: the
+    codec of the examples' images (:mod:`trainer.vision`); ``progress``: a tqdm bar advanced
+    once per optimizer step (one opened without a total gets this call's); ``micro_batch``:
+    examples per forward and backward (gradient accumulation; the step is the batch's, each
+    micro-batch's NLL weighted by its share of the batch's target tokens), None = the
+    batch.  Returns ``{"sft/loss_first", "sft/loss_last", "sft/examples", "sft/tokens"}``
+    (mean loss of the first and the last epoch)."""
+    if not examples:
+        raise ValueError("sft: no examples")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    total_steps = epochs * math.ceil(len(examples) / batch_size)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps))
+    if progress is not None and getattr(progress, "total", 0) is None:
+        progress.reset(total=total_steps)  # a bar opened before the examples existed: give it an ETA
+    rng = random.Random(f"sft:{seed}")
+    order = list(range(len(examples)))
+    epoch_losses = []
+    model.train()
+    for _ in range(epochs):
+        rng.shuffle(order)
+        total, count = 0.0, 0
+        for start in range(0, len(order), batch_size):
+            batch = [examples[i] for i in order[start:start + batch_size]]
+            targets = max(1, sum(sum(s.action_mask) for s in batch))
+            optimizer.zero_grad(set_to_none=True)
+            loss = 0.0
+            for part in range(0, len(batch), micro_batch or len(batch)):
+                chunk = batch[part:part + (micro_batch or len(batch))]
+                logp, _ = sequence_logprobs(model, chunk, micro_batch=len(chunk), grad=True, with_entropy=False,
+                                            vision=vision)  # [n, L]
+                pad = torch.nn.functional.pad
+                mask = torch.stack([pad(torch.tensor(s.action_mask, dtype=logp.dtype), (0, logp.shape[1] - len(s)))
+                                    for s in chunk]).to(logp.device)  # [n, L]
+                piece = -(logp * mask).sum() / targets  # this chunk's share of the batch's token-mean NLL
+                piece.backward()
+                loss += piece.item()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            schedule.step()
+            total, count = total + loss, count + 1
+            if progress is not None:
+                progress.update(1)
+        epoch_losses.append(total / max(count, 1))
+    return {
+        "sft/loss_first": epoch_losses[0],
+        "sft/loss_last": epoch_losses[-1],
+        "sft/examples": float(len(examples)),
+        "sft/tokens": float(sum(sum(s.action_mask) for s in examples)),
+    }
+
+
+def demo_trajectory(ctx: Context, episode) -> Trajectory:
+    """An expert episode with its response texts tokenised (demonstrations were not sampled,
+    so tokenising their text is the only way to get ids)."""
+    return Trajectory(episode, tuple(tuple(encode(ctx.tokenizer, t.response)) for t in episode.turns))
+
+
+def writer_example(ctx: Context, episode, hindsight):
+    """A Stage-1 / warm-start writer example: the prompt the self writer reads (its images
+    too, with env.images), the oracle's hindsight as target."""
+    prompt, images = writer_input(ctx.tokenizer, ctx.prompt_env.domain_description(), episode,
+                                  ctx.cfg.model.max_prompt_tokens, ctx.builder.vision)
+    target = encode(ctx.tokenizer, analyzer_target(hindsight) + "<|im_end|>")
+    return example(prompt, target, images)

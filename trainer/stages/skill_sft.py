@@ -1,0 +1,75 @@
+"""SEED's Stage 1, hindsight-skill SFT (SEED review, Stage 1): rollouts of the base
+policy annotated by a strong writer (an external endpoint when configured, else
+the privileged oracle standing in for it), valid pairs kept, trajectory -> skill
+fine-tuning with NLL; and the self writer's validity on a fixed panel.
+"""
+
+from __future__ import annotations
+
+import random
+
+from envs.base import demo_policy, run_episode
+from trainer.episodes.rollout import Sampling, collect
+from trainer.episodes.samples import Trajectory
+from trainer.hindsight.writers import ExternalWriter, OracleWriter
+from trainer.models.backends import request_seed
+from trainer.run.components import Context
+from trainer.stages.sft import demo_trajectory, sft, writer_example
+
+
+def skill_sft(ctx: Context, progress=None) -> dict[str, float]:
+    """SEED Stage 1: annotate base-policy rollouts with a strong writer, keep valid pairs,
+    fine-tune trajectory -> skill."""
+    st, cfg = ctx.cfg.stages.skill_sft, ctx.cfg
+    rng = random.Random(f"sft:{cfg.seed}")
+    tasks = rng.sample(ctx.train_tasks, min(st.tasks, len(ctx.train_tasks)))
+    batch = [t for t in tasks for _ in range(st.rollouts_per_task)]
+    sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
+    trajectories, _ = collect(ctx.make_env, batch, ctx.builder, ctx.backend, sampling,
+                              seed=request_seed("stage1", cfg.seed))
+    annotator = ExternalWriter(ctx.prompt_env.domain_description(), cfg.writer) if cfg.writer.endpoint \
+        else OracleWriter(ctx.make_env)
+    hindsights = annotator.write(trajectories, seed=request_seed("stage1-write", cfg.seed))
+    pairs = [(t.episode, h) for t, h in zip(trajectories, hindsights) if h.valid and h.boundary_valid]
+    metrics = {"sft/acceptance_rate": len(pairs) / max(1, len(trajectories)),
+               "sft/rollout_success": sum(t.episode.success for t in trajectories) / max(1, len(trajectories))}
+    if pairs:
+        examples = [writer_example(ctx, e, h) for e, h in pairs]
+        metrics.update(sft(ctx.model, examples, epochs=st.epochs, lr=st.lr, batch_size=st.batch_size,
+                           seed=cfg.seed, progress=progress, vision=ctx.builder.vision,
+                           micro_batch=cfg.algo.micro_batch_size))
+    return metrics
+
+
+# -- the self writer's validity on a fixed panel -------------------------------------------
+WRITER_PANEL_SIZE = 64
+
+
+WRITER_PANEL_EPSILON = 0.3  # demonstrator mistakes, so that about half the episodes fail
+
+
+def writer_panel(ctx: Context, size: int = WRITER_PANEL_SIZE) -> list[Trajectory]:
+    """A fixed panel of ``size`` trajectories for measuring a writer: the demonstrator with
+    mistakes on the first tasks of the env's first evaluation split (same every run)."""
+    env = ctx.make_env()
+    split = next(s for s in env.splits if s != ctx.cfg.env.train_split)
+    act = demo_policy(WRITER_PANEL_EPSILON, seed="writer-panel")
+    return [demo_trajectory(ctx, run_episode(env, task, act)) for task in env.panel(split)[:size]]
+
+
+def writer_validity(ctx: Context, size: int = WRITER_PANEL_SIZE) -> dict[str, float]:
+    """How often the policy's own hindsight output is usable on :func:`writer_panel`:
+    ``writer/panel_valid_rate`` (parses, names a real turn, non-empty skill, boundary included),
+    ``writer/invalid_rate`` (its complement) and ``writer/panel_boundary_agreement`` (valid
+    outputs on failed episodes whose error turn is the true first unrecovered error)."""
+    from envs.base import error_turn
+    from trainer.run.components import make_writer
+
+    trajectories = writer_panel(ctx, size)
+    hindsights = make_writer(ctx, "self").write(trajectories, seed=request_seed("writer-panel", ctx.cfg.seed))
+    valid = [h.valid and h.boundary_valid for h in hindsights]
+    failed = [(t, h) for t, h, ok in zip(trajectories, hindsights, valid) if ok and not t.episode.success]
+    agree = sum(h.error_turn == error_turn(t.episode) for t, h in failed)
+    rate = sum(valid) / max(1, len(valid))
+    return {"writer/panel_valid_rate": rate, "writer/invalid_rate": 1.0 - rate,
+            "writer/panel_boundary_agreement": agree / max(1, len(failed))}

@@ -1,0 +1,173 @@
+"""The warm start of a tiny backbone (behaviour cloning on the environment's
+observation-consistent demonstrator with realistic mistakes), its cache, and
+the saved warm starts shipped with the package (``make warm-start``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import envs
+from envs.base import demo_policy, run_episode
+from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
+from trainer.run.components import Context, env_factory
+from trainer.stages.sft import demo_trajectory, sft, writer_example
+
+
+def warm_start(ctx: Context, progress=None) -> dict[str, float]:
+    """Behaviour cloning on expert demonstrations (see module docstring)."""
+    from envs.oracle import OracleWriter as EnvOracle
+
+    ws, cfg = ctx.cfg.stages.warm_start, ctx.cfg
+    rng = random.Random(f"warm:{cfg.seed}")
+    env, oracle = ctx.make_env(), EnvOracle(ctx.make_env)
+    act = demo_policy(ws.expert_epsilon, seed=f"warm:{cfg.seed}")
+    tasks = rng.sample(ctx.train_tasks, min(ws.episodes, len(ctx.train_tasks)))
+    examples = []
+    for task in tasks:
+        episode = run_episode(env, task, act)
+        traj = demo_trajectory(ctx, episode)
+        hindsight = oracle.write(episode)
+        skill = hindsight.positive_skill if rng.random() < ws.skill_fraction else None
+        examples += ctx.builder.build(traj, skill)
+        if rng.random() < ws.writer_fraction:
+            examples.append(writer_example(ctx, episode, hindsight))
+    metrics = sft(ctx.model, examples, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size,
+                  seed=cfg.seed, progress=progress, vision=ctx.builder.vision,
+                  micro_batch=cfg.algo.micro_batch_size)
+    return {k.replace("sft/", "warm/"): v for k, v in metrics.items()}
+
+
+def warm_start_cache(cfg: RunConfig) -> Path | None:
+    """Where the warm-started model of ``cfg`` is cached, or None when caching is off.
+
+    The key hashes everything the warm start depends on: model, env, the warm-start
+    settings (without the cache fields) and the seed.  Methods of a study share it."""
+    ws = cfg.stages.warm_start
+    if not ws.cache or not ws.enabled:
+        return None
+    parts = {"model": json.loads(canonical_json(cfg.model, exclude=("vllm",))),
+             "env": json.loads(canonical_json(cfg.env)),
+             "warm_start": {k: v for k, v in to_dict(ws).items() if k not in ("cache", "cache_dir")},
+             "seed": cfg.seed, "max_new_tokens": cfg.rollout.max_new_tokens}
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+    root = ws.cache_dir or os.environ.get("HINDSIGHT_CACHE") or str(Path.home() / ".cache" / "hindsight-lab")
+    return Path(root) / "warm_start" / key
+
+
+def load_cached_warm_start(path: Path | None) -> str | None:
+    """The cached model directory if complete, else None."""
+    return str(path / "model") if path is not None and (path / "COMPLETE").exists() else None
+
+
+def save_warm_start(ctx: Context, path: Path, metrics: dict[str, float]) -> None:
+    """Write the warm-started model atomically (a temp dir renamed into place)."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    ctx.model.save_pretrained(tmp / "model", safe_serialization=True)
+    ctx.tokenizer.save_pretrained(tmp / "model")
+    (tmp / "metrics.json").write_text(json.dumps(metrics))
+    (tmp / "COMPLETE").write_text("ok\n")
+    try:
+        tmp.rename(path)
+    except OSError:  # another run cached the same warm start first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- saved warm starts (scripts/warm_start.py, `make warm-start`) --------------------------
+BUNDLED_WARM_STARTS = Path(__file__).parents[1] / "assets" / "warm_start"
+
+
+BUNDLE_META = "warm_start.json"
+
+
+# The settings a warm start depends on: they must match between the bundle and the run.
+BUNDLE_KEYS = ("model.backbone", "model.tiny", "env.name", "env.level", "env.show_admissible",
+               "env.action_format",
+               "env.context", "env.history_window", "env.max_turns", "rollout.max_new_tokens")
+
+
+def _bundle_settings(cfg: RunConfig) -> dict:
+    flat = json.loads(canonical_json(cfg))
+    out = {}
+    for key in BUNDLE_KEYS:
+        node = flat
+        for part in key.split("."):
+            node = node[part]
+        out[key] = node
+    return out
+
+
+def bundled_warm_starts() -> list[str]:
+    """Names of the warm starts shipped with the package."""
+    if not BUNDLED_WARM_STARTS.is_dir():
+        return []
+    return sorted(p.name for p in BUNDLED_WARM_STARTS.iterdir() if (p / BUNDLE_META).is_file())
+
+
+def bundle_path(name_or_path: str) -> Path:
+    """The folder of a saved warm start given by bundled name or by path."""
+    path = BUNDLED_WARM_STARTS / name_or_path
+    if (path / BUNDLE_META).is_file():
+        return path
+    path = Path(name_or_path)
+    if (path / BUNDLE_META).is_file():
+        return path
+    names = ", ".join(bundled_warm_starts()) or "none"
+    raise ConfigError(f"stages.warm_start.checkpoint: {name_or_path!r} is neither a bundled warm "
+                      f"start (bundled: {names}) nor a folder with {BUNDLE_META}")
+
+
+def bundle_fingerprint(cfg: RunConfig) -> str:
+    """The env fingerprint a saved warm start records for ``cfg``: that of ``cfg``'s env
+    without its reward shaping (``env.progress_reward``), which changes the rewards RL sees
+    and not the demonstrations behaviour cloning learns from."""
+    unshaped = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, progress_reward=0.0))
+    return envs.fingerprint(env_factory(unshaped)())
+
+
+def check_bundle(cfg: RunConfig, path: Path) -> dict:
+    """The bundle's metadata, after checking that it fits ``cfg``: same model shape and env
+    settings, and an env fingerprint equal to the current environment's (else the policy
+    would act on observations it was never trained on)."""
+    meta = json.loads((path / BUNDLE_META).read_text())
+    ours = _bundle_settings(cfg)
+    wrong = [f"{k}={meta['settings'].get(k)!r} (run: {v!r})" for k, v in ours.items()
+             if meta["settings"].get(k) != v]
+    if wrong:
+        raise ConfigError(f"stages.warm_start.checkpoint: {path.name} was trained with "
+                          f"{'; '.join(wrong)}; match them or train a warm start for this run")
+    current = bundle_fingerprint(cfg)
+    if meta["env_fingerprint"] != current:
+        raise ConfigError(f"stages.warm_start.checkpoint: {path.name} was trained on env version "
+                          f"{meta['env_fingerprint']}, the env is now {current}; rebuild it "
+                          f"(make warm-start)")
+    return meta
+
+
+def train_warm_start(cfg: RunConfig, progress=None) -> tuple[Context, dict[str, float]]:
+    """Build the run's context from its backbone and behaviour-clone the demonstrator."""
+    from trainer.run.components import build_context
+
+    ctx = build_context(cfg)
+    return ctx, warm_start(ctx, progress)
+
+
+def save_bundle(ctx: Context, out: Path, metrics: dict[str, float], evaluation: dict[str, float]) -> Path:
+    """Write a warm-start checkpoint: weights, tokenizer and :data:`BUNDLE_META`."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    ctx.model.save_pretrained(out, safe_serialization=True)
+    ctx.tokenizer.save_pretrained(out)
+    meta = {"settings": _bundle_settings(ctx.cfg), "env_fingerprint": bundle_fingerprint(ctx.cfg),
+            "warm_start": to_dict(ctx.cfg.stages.warm_start), "seed": ctx.cfg.seed,
+            "metrics": metrics, "evaluation": evaluation}
+    (out / BUNDLE_META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    return out
