@@ -9,22 +9,30 @@ adapter whose optional dependencies are missing fails only when it is asked for.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import inspect
 from difflib import get_close_matches
 
-from envs.base import Episode, Hindsight, StepResult, Task, TextEnv, Turn, run_episode
+from envs.adapters.alfworld import ALFWorldEnv
+from envs.adapters.searchr1 import SearchR1Env
+from envs.adapters.webshop import WebShopEnv
+from envs.base import Episode, Hindsight, StepResult, Task, TextEnv, Turn, demo_policy, run_episode
+from envs.ezpoints.env import EZPointsEnv
+from envs.household.env import HouseholdEnv
+from envs.oracle import Oracle
+from envs.searchqa.env import SearchQAEnv
+from envs.shop.env import ShopEnv
+from envs.sokoban.env import SokobanEnv
 
-# name -> "module:ClassName"; every entry is imported only when made.
-REGISTRY: dict[str, str] = {
-    "household": "envs.household.env:HouseholdEnv",
-    "shop": "envs.shop.env:ShopEnv",
-    "searchqa": "envs.searchqa.env:SearchQAEnv",
-    "sokoban": "envs.sokoban.env:SokobanEnv",
-    "ezpoints": "envs.ezpoints.env:EZPointsEnv",
-    "alfworld": "envs.adapters.alfworld:ALFWorldEnv",
-    "webshop": "envs.adapters.webshop:WebShopEnv",
-    "searchr1": "envs.adapters.searchr1:SearchR1Env",
+# name -> the environment's class (the adapters import their engines only when made).
+REGISTRY: dict[str, type[TextEnv]] = {
+    "household": HouseholdEnv,
+    "shop": ShopEnv,
+    "searchqa": SearchQAEnv,
+    "sokoban": SokobanEnv,
+    "ezpoints": EZPointsEnv,
+    "alfworld": ALFWorldEnv,
+    "webshop": WebShopEnv,
+    "searchr1": SearchR1Env,
 }
 
 # The pure-Python envs with privileged state (exact distances, experts): the oracle writer's.
@@ -40,8 +48,7 @@ def env_class(name: str) -> type[TextEnv]:
         hint = get_close_matches(name, REGISTRY, n=1)
         extra = f" (did you mean {hint[0]!r}?)" if hint else ""
         raise ValueError(f"unknown env {name!r}{extra}; valid: {', '.join(names())}")
-    module, cls = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return REGISTRY[name]
 
 
 def has_option(name: str, option: str) -> bool:
@@ -82,10 +89,7 @@ def fingerprint(env: TextEnv, tasks_per_split: int = 12) -> str:
     the oracle's hindsight of those episodes (the writer examples of a warm start).  A saved
     warm start records it; a change of the environment's texts, panels, rules or oracle
     phrasing changes it."""
-    from envs.base import demo_policy
-    from envs.oracle import OracleWriter
-
-    oracle = OracleWriter(lambda: env)
+    oracle = Oracle(lambda: env)
 
     digest = hashlib.sha256()
     for text in (env.system_prompt(), env.domain_description()):

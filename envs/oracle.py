@@ -1,6 +1,6 @@
 """The privileged ``oracle`` hindsight writer (DESIGN.md, Writers).
 
-``OracleWriter(env_factory).write(episode) -> Hindsight`` writes what a strong external
+``Oracle(env_factory).write(episode) -> Hindsight`` writes what a strong external
 writer would, from the trajectory plus privileged state:
 
 * **Positive skill** (ETRO Sec 3: "summarizes reusable task-solving strategies"; SEED's
@@ -60,7 +60,7 @@ _MAX_MOVES = 8
 _MAX_QUOTE = 160
 
 
-class OracleWriter:
+class Oracle:
     """Writes correct Positive/Negative skills and the true error turn from privileged state.
 
     ``env_factory`` builds a fresh environment of the episodes' kind (e.g.

@@ -19,13 +19,12 @@ with Pyserini's defaults k1 = 0.9, b = 0.4 (the BM25 setting of Search-R1's retr
                             "score": 12.3}, ...], ...]}
 
 (with ``return_scores`` false each inner list holds the bare documents).  It uses the
-standard library's ``ThreadingHTTPServer`` on 127.0.0.1.  ``python -m envs.retrieval
---port 8000`` serves the built-in searchqa corpus.
+standard library's ``ThreadingHTTPServer`` on 127.0.0.1.  ``python -m
+envs.searchqa.serve --port 8000`` serves the built-in searchqa corpus.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import threading
@@ -212,27 +211,3 @@ class RetrievalServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m envs.retrieval --port N``: serve the built-in searchqa corpus."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 = a free ephemeral port")
-    parser.add_argument("--topk", type=int, default=3, help="default topk when a request omits it")
-    parser.add_argument("--passages", type=int, default=0,
-                        help="corpus size (0 = the default training corpus; 20000 = benchmark)")
-    args = parser.parse_args(argv)
-    from envs.searchqa.kb import corpus  # lazy: the generator is only needed for the CLI
-
-    retriever = BM25Retriever(corpus(args.passages).documents())
-    server = RetrievalServer(retriever, args.host, args.port, args.topk)
-    print(f"serving {len(retriever)} passages at {server.url}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-
-
-if __name__ == "__main__":
-    main()

@@ -39,7 +39,7 @@ def measure(overrides: list[str], out: str) -> dict:
     """In this process: one RL step of the config; the resident-set growth it caused."""
     import torch
 
-    from trainer.run.components import build_context, env_factory, start_rl
+    from trainer.run.components import build_components, env_factory, start_rl
     from trainer.run.memory import plan_memory
     from trainer.run.resolve import load_config, resolve
     from trainer.stages.rl import PhaseTimer, collect_batch, update
@@ -48,7 +48,7 @@ def measure(overrides: list[str], out: str) -> dict:
     cfg = resolve(load_config(ROOT / "tests" / "data" / "train_micro.yaml", [*overrides, f"output.dir={out}"]))
     env_factory(cfg)().panel(cfg.env.train_split)  # the env's own memory before the baseline
     before = _rss_bytes()
-    ctx = build_context(cfg)
+    ctx = build_components(cfg)
     start_rl(ctx)
     batch = collect_batch(ctx, 1, PhaseTimer())
     update(ctx, batch, 1, PhaseTimer())

@@ -32,8 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from trainer.episodes.rollout import Sampling, collect
-    from trainer.models.backends import GenerationBackend, TransformersBackend
-    from trainer.run.components import build_context
+    from trainer.models.generation import GenerationBackend
+    from trainer.models.transformers_backend import TransformersBackend
+    from trainer.run.components import build_components
     from trainer.run.resolve import load_config, resolve
     from trainer.stages.warm_start import bundle_path
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     cfg = resolve(load_config(ROOT / "examples" / "household_small.yaml", ["model.device=cpu", *args.overrides]))
-    ctx = build_context(cfg, init_from=str(bundle_path(cfg.stages.warm_start.checkpoint)))
+    ctx = build_components(cfg, init_from=str(bundle_path(cfg.stages.warm_start.checkpoint)))
     tasks = ctx.prompt_env.panel("eval_seen")[: args.tasks]
     print(f"{len(tasks)} episodes, env {cfg.env.name} ({cfg.env.level}), context {cfg.env.context}, "
           f"max {cfg.env.max_turns} turns, {args.threads} thread(s)")

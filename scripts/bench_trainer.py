@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from trainer.config import apply_overrides
-from trainer.run.components import build_context, start_rl
+from trainer.run.components import build_components, start_rl
 from trainer.run.resolve import load_config, resolve
 from trainer.stages.rl import PhaseTimer, collect_batch, update
 from trainer.stages.warm_start import bundle_path, check_bundle
@@ -36,7 +36,7 @@ def step_seconds(base_cfg, method: str, weights: str, repeats: int) -> tuple[flo
     cfg = resolve(apply_overrides(base_cfg, [f"algo.method={method}", "stages.skill_sft.enabled=false"]))
     times, phases, tokens_per_s = [], {}, 0.0
     for _ in range(repeats):
-        ctx = build_context(cfg, init_from=weights)
+        ctx = build_components(cfg, init_from=weights)
         start_rl(ctx)
         timer = PhaseTimer()
         start = time.perf_counter()

@@ -205,12 +205,12 @@ def measure_method(base, method: str, device: str, warm: bool) -> tuple[dict, ob
     """One RL step of ``method`` from a fresh context.  Returns the result and what the
     scoring pass needs of it: (tokenizer, sample builder, the step's trajectories)."""
     from trainer.config import apply_overrides
-    from trainer.run.components import build_context, start_rl
+    from trainer.run.components import build_components, start_rl
     from trainer.run.resolve import resolve
     from trainer.stages.rl import PhaseTimer, collect_batch, update
 
     cfg = resolve(apply_overrides(base, {"algo.method": method}))
-    ctx = build_context(cfg)
+    ctx = build_components(cfg)
     start_rl(ctx)
     if warm:
         warm_up(ctx)
@@ -274,8 +274,8 @@ def measure_rollout_backends(base, device: str) -> dict:
 
     from trainer.config import apply_overrides
     from trainer.episodes.rollout import Sampling, collect
-    from trainer.models.backends import request_seed
-    from trainer.run.components import build_context
+    from trainer.models.generation import request_seed
+    from trainer.run.components import build_components
     from trainer.run.resolve import resolve
 
     if importlib.util.find_spec("vllm") is None:
@@ -283,7 +283,7 @@ def measure_rollout_backends(base, device: str) -> dict:
     out = {}
     for backend in ("transformers", "vllm"):
         cfg = resolve(apply_overrides(base, {"algo.method": "grpo", "model.backend": backend}))
-        ctx = build_context(cfg)
+        ctx = build_components(cfg)
         tasks = [t for t in ctx.train_tasks[:cfg.rollout.tasks_per_step] for _ in range(cfg.rollout.group_size)]
         sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature)
         collect(ctx.make_env, tasks[:2], ctx.builder, ctx.backend, sampling, seed=0)  # warm-up

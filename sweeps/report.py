@@ -12,7 +12,8 @@ from pathlib import Path
 
 from sweeps.cli.errors import CommandError
 from sweeps.status import find_parent
-from sweeps.study import expand, load_study
+from sweeps.study import load_study
+from sweeps.trials import expand
 from trainer.run.store import git_sha, make_client, with_retry
 
 CURVE_KEYS = ("train/success", "train/episode_length", "train/entropy", "train/score")
@@ -27,6 +28,7 @@ def build_study_report(study_path: str, report_dir: str | None = None,
     is never written otherwise); return the index path.  ``out`` is the study's output folder
     when moved (as for every command), ``report_dir`` the report's folder (default
     ``<study output>/report``)."""
+    # deferred: pandas and matplotlib load with the report only
     from analysis.curves import BUDGET_KEYS
     from analysis.loader import load_histories, load_records, load_runs
     from reports.index import ReportInputs, build_report

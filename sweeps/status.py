@@ -19,7 +19,8 @@ from typing import Any
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from sweeps.study import Study, describe_overrides, distinguishing, expand
+from sweeps.study import Study, describe_overrides, distinguishing
+from sweeps.trials import expand
 from trainer.config import ConfigError
 from trainer.run.store import make_client, with_retry
 from trainer.run.tracking import KIND_TAG, redact_url

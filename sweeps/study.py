@@ -30,11 +30,10 @@ A *cell* is the resolved run config without seed, tracking and output
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +53,16 @@ from trainer.run.tracking import cell_id
 
 DEFAULT_EXPERIMENT = TrackingConfig.experiment
 
+
 PARAM_TYPES = ("float", "int", "categorical")
+
+
 MODES = ("max", "min")
+
+
 REQUIRED = object()  # KeySpec.default of a key that has none
+
+
 # A study name is a folder name under runs/ and an MLflow experiment: no separators, no
 # leading dot (so neither "." nor ".." nor a hidden folder), so it cannot leave runs/.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -100,6 +106,8 @@ STUDY_FIELDS: dict[str, KeySpec] = {
                    "folder. `--out` on the command line overrides it.",
                    "inside the study file's folder (a folder elsewhere is chosen with `--out`)"),
 }
+
+
 SEARCH_FIELDS: dict[str, KeySpec] = {
     "space": KeySpec("mapping", REQUIRED, "Dotted run-config key -> dimension (keys below); at "
                      "least one."),
@@ -113,6 +121,8 @@ SEARCH_FIELDS: dict[str, KeySpec] = {
     "storage": KeySpec("string", "optuna.db", "Optuna storage: a sqlite path relative to `out`, "
                        "or any RDB URL."),
 }
+
+
 PARAM_FIELDS: dict[str, KeySpec] = {
     "type": KeySpec("string", REQUIRED, "Kind of dimension.", ", ".join(PARAM_TYPES)),
     "low": KeySpec("number", REQUIRED, "Lower bound (float and int dimensions)."),
@@ -120,6 +130,8 @@ PARAM_FIELDS: dict[str, KeySpec] = {
     "log": KeySpec("true/false", False, "Sample on a log scale (needs `low > 0`)."),
     "choices": KeySpec("list", REQUIRED, "The values of a categorical dimension."),
 }
+
+
 RESOURCE_FIELDS: dict[str, KeySpec] = {
     "cpus": KeySpec("number", 1.0, "CPUs per trial; fractions allowed.", ">= 0"),
     "gpus": KeySpec("number", 0.0, "GPUs per trial; fractions allowed (0.5: two trials share "
@@ -129,9 +141,17 @@ RESOURCE_FIELDS: dict[str, KeySpec] = {
                       "'{\"a100\": 4}'`): trials run only on nodes that have them.",
                       "amounts >= 0"),
 }
+
+
 STUDY_KEYS = tuple(STUDY_FIELDS)
+
+
 SEARCH_KEYS = tuple(SEARCH_FIELDS)
+
+
 PARAM_KEYS = tuple(PARAM_FIELDS)
+
+
 RESOURCE_KEYS = tuple(RESOURCE_FIELDS)
 
 
@@ -207,28 +227,6 @@ class Study:
         return dict(self.grid).get("seed", (self.base.seed,))
 
 
-@dataclass(frozen=True)
-class Trial:
-    """One (cell, seed) training run of a study."""
-
-    cfg: RunConfig
-    cell_id: str
-    seed: int
-    # The study-level overrides that make this cell (dotted key -> value), seed excluded.
-    overrides: tuple[tuple[str, Any], ...]
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.cell_id, self.seed)
-
-    @property
-    def name(self) -> str:
-        return f"{self.cell_id}-s{self.seed}"
-
-    def describe(self) -> str:
-        return f"{self.name} [{describe_overrides(self.overrides) or 'base'}] seed={self.seed}"
-
-
 def format_value(value: Any) -> str:
     """A config value for people: floats to 4 significant digits and still read as floats
     (``4.62``, ``0.001``, ``2.0``, ``1e-05``)."""
@@ -251,9 +249,6 @@ def distinguishing(cells: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     varying = [k for k in keys if len({repr(cell.get(k)) for cell in cells}) > 1]
     keep = varying if len(cells) > 1 else list(keys)
     return [{k: cell[k] for k in keep if k in cell} for cell in cells]
-
-
-# ---------------------------------------------------------------------------- validation
 
 
 def _check_keys(where: str, data: Mapping, valid: tuple[str, ...]) -> None:
@@ -292,9 +287,6 @@ def _check_value(where: str, base: RunConfig, key: str, value: Any) -> None:
         cell_id(cfg)  # resolves: unknown methods/envs fail here
     except (ConfigError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
-
-
-# ---------------------------------------------------------------------------- parsing
 
 
 def _parse_grid(where: str, grid: Any, base: RunConfig) -> tuple[tuple[str, tuple], ...]:
@@ -463,60 +455,3 @@ def load_study(path: str | Path, out: str | Path | None = None) -> Study:
     path = Path(path).expanduser().resolve()
     data = read_yaml(path)
     return parse_study(data, folder=path.parent, out=out, path=path, where=path.name)
-
-
-# ---------------------------------------------------------------------------- expansion
-
-
-def make_trial(study: Study, overrides: Mapping[str, Any], seed: int) -> Trial:
-    """The trial of ``study`` for the cell given by ``overrides`` and ``seed``: outputs
-    under ``<out>/trials/<cell_id>-s<seed>``, warm starts cached under ``<out>/cache``,
-    tracked in the study's store."""
-    cfg = apply_overrides(study.base, {**overrides, "seed": seed})
-    cid = cell_id(cfg)
-    name = f"{cid}-s{seed}"
-    cfg = replace(
-        cfg,
-        tracking=replace(cfg.tracking, uri=study.store_uri, study=study.name,
-                         experiment=study.experiment, run_name=run_name(cfg.algo.method, seed, cid)),
-        output=replace(cfg.output, dir=str(study.out_dir / "trials" / name)),
-    )
-    if not cfg.stages.warm_start.cache_dir:  # trials of a study share warm starts per seed
-        warm = replace(cfg.stages.warm_start, cache_dir=str(study.out_dir / "cache"))
-        cfg = replace(cfg, stages=replace(cfg.stages, warm_start=warm))
-    return Trial(cfg=cfg, cell_id=cid, seed=seed, overrides=tuple(overrides.items()))
-
-
-def run_name(method: str, seed: int, cid: str) -> str:
-    """The MLflow run name of a trial, method and seed first (the UI cuts long names):
-    ``etro-s0-77434475``."""
-    return f"{method}-s{seed}-{cid[:8]}"
-
-
-def study_configs(study: Study) -> list[RunConfig]:
-    """Every run config the study can train: a grid's trials; for a search, the base with
-    each categorical choice and each numeric bound (for checks such as missing extras)."""
-    if study.search is None:
-        return [t.cfg for t in expand(study)]
-    out = [study.base]
-    for p in study.search.space:
-        values = p.choices if p.type == "categorical" else (p.low, p.high)
-        out += [apply_overrides(study.base, {p.key: v}) for v in values]
-    return out
-
-
-def expand(study: Study) -> list[Trial]:
-    """All (cell, seed) trials of a grid study: the product of the non-seed axes, each
-    with every seed; cells in file order, seeds inner.  Duplicate cells (axis values that
-    resolve to the same config) are dropped."""
-    if study.search is not None:
-        raise ValueError(f"study {study.name!r} is a search; its trials come from Optuna")
-    axes = [(k, v) for k, v in study.grid if k != "seed"]
-    keys = [k for k, _ in axes]
-    trials: dict[tuple[str, int], Trial] = {}
-    for combo in itertools.product(*(values for _, values in axes)):
-        overrides = dict(zip(keys, combo))
-        for seed in study.seeds:
-            trial = make_trial(study, overrides, seed)
-            trials.setdefault(trial.key, trial)
-    return list(trials.values())

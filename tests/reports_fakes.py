@@ -79,7 +79,7 @@ def study_store(study, uri: str, *, score=None, drop=(), fail=(), steps=(0, 1, 2
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    from sweeps.study import expand
+    from sweeps.trials import expand
     from trainer.config import flatten
     from trainer.run.resolve import resolve
     from trainer.run.store import experiment_id
@@ -127,7 +127,7 @@ def study_frame(study, *, score=None, trials=None) -> pd.DataFrame:
     through the loader's own row and type conversion. ``trials`` (default: the grid's
     ``expand(study)``) are :class:`sweeps.study.Trial` s, e.g. a search's points."""
     from analysis.loader import RUN_COLUMNS, _coerce_params, _Run, _run_row
-    from sweeps.study import expand
+    from sweeps.trials import expand
     from trainer.config import flatten
     from trainer.run.resolve import resolve
 

@@ -103,10 +103,8 @@ def test_validate_dispatches_study_files(monkeypatch, capsys):
         seen.append(path)
         return types.SimpleNamespace(name="cli-test")
 
-    module = types.ModuleType("sweeps.study")
-    module.load_study = load_study
-    module.study_configs = lambda study: []
-    monkeypatch.setattr(configs, "study_module", module)
+    monkeypatch.setattr(configs, "load_study", load_study)
+    monkeypatch.setattr(configs, "study_configs", lambda study: [])
     study = str(DATA / "study_min.yaml")
     assert run_main(capsys, "validate", study) == (0, f"ok: study {study} (name=cli-test)\n", "")
     assert seen == [study]
@@ -114,7 +112,7 @@ def test_validate_dispatches_study_files(monkeypatch, capsys):
     def bad_study(path):
         raise ValueError("study.grid.algo.beta_opd: expected a non-empty list\nof values")
 
-    module.load_study = bad_study
+    monkeypatch.setattr(configs, "load_study", bad_study)
     code, _, err = run_main(capsys, "validate", study)
     assert code == 2
     assert_one_line_error(err, "study.grid.algo.beta_opd: expected a non-empty list of values")

@@ -22,7 +22,7 @@ from envs.ezpoints.cards import (
     solvable_deals,
     value,
 )
-from envs.oracle import OracleWriter
+from envs.oracle import Oracle
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO_SIX = custom_task("ezpoints/custom/0001", ("2", "hearts"), ("6", "spades"))  # 2 * 6
@@ -210,7 +210,7 @@ def test_random_policies_rarely_succeed():
 
 def test_oracle_writer_names_the_wrong_operator_and_the_right_one():
     episode = play(TWO_SIX, ["2", "+", "6", "="])
-    hindsight = OracleWriter(lambda: envs.make("ezpoints")).write(episode)
+    hindsight = Oracle(lambda: envs.make("ezpoints")).write(episode)
     assert hindsight.valid and hindsight.error_turn == 1
     assert 'chose "+"' in hindsight.negative_skill or '"+"' in hindsight.negative_skill
     assert '"*"' in hindsight.negative_skill

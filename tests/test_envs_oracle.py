@@ -20,7 +20,7 @@ from envs.base import (
 )
 from envs.household.env import HouseholdEnv
 from envs.household.world import custom_task
-from envs.oracle import OracleWriter
+from envs.oracle import Oracle
 
 # apple 1 lies on countertop 1; the goal is the dining table.  From the start the optimal
 # plan is: go to countertop 1, take apple 1 from countertop 1, go to diningtable 1,
@@ -58,8 +58,8 @@ def play(actions: list[str], max_turns: int = 6) -> Episode:
     return run_episode(env, TASK, lambda e, o, turns: format_response(next(script)))
 
 
-def writer() -> OracleWriter:
-    return OracleWriter(lambda: envs.make("household"))
+def writer() -> Oracle:
+    return Oracle(lambda: envs.make("household"))
 
 
 @pytest.mark.parametrize("name", sorted(TRAJECTORIES))
@@ -166,7 +166,7 @@ class _NoDistanceEnv(TextEnv):
 
 def test_works_on_any_text_env_through_the_base_interface():
     env = _NoDistanceEnv()
-    oracle = OracleWriter(_NoDistanceEnv)
+    oracle = Oracle(_NoDistanceEnv)
     failed = run_episode(env, env.panel("train")[0], lambda e, o, t: "<action>no</action>")
     hindsight = oracle.write(failed)
     assert hindsight.valid and hindsight.error_turn is None and hindsight.negative_skill == ""

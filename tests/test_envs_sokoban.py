@@ -11,7 +11,7 @@ from hash_seeds import outputs_under_hash_seeds
 
 import envs
 from envs.base import error_turn, expert_policy, format_response, run_episode
-from envs.oracle import OracleWriter
+from envs.oracle import Oracle
 from envs.sokoban import INVALID_OBSERVATION, SokobanEnv, parse_move
 from envs.sokoban.levels import (
     LEVELS,
@@ -299,7 +299,7 @@ def test_random_policy_rarely_succeeds_and_noisy_expert_recovers_sometimes():
 
 def test_oracle_writer_names_the_corner_push_and_the_expert_alternative():
     episode = play(["left", "up", "right", "down"])
-    hindsight = OracleWriter(lambda: envs.make("sokoban")).write(episode)
+    hindsight = Oracle(lambda: envs.make("sokoban")).write(episode)
     assert hindsight.valid and hindsight.error_turn == 1
     assert '"up"' in hindsight.negative_skill and '"right"' in hindsight.negative_skill
     assert "Push the box one cell at a time" in hindsight.positive_skill

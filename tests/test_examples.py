@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from sweeps.cli import main
-from sweeps.study import expand, load_study
+from sweeps.study import load_study
+from sweeps.trials import expand
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 FILES = sorted(EXAMPLES.rglob("*.yaml"))

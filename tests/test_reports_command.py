@@ -12,7 +12,8 @@ from mlflow.tracking import MlflowClient
 from reports_fakes import study_store
 
 from sweeps.cli import main
-from sweeps.study import expand, load_study, make_trial
+from sweeps.study import load_study
+from sweeps.trials import expand, make_trial
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PAPERS = EXAMPLES / "papers"

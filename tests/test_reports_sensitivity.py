@@ -13,7 +13,8 @@ from analysis.diagnostics import Skipped
 from analysis.sensitivity import importances, sensitivities
 from reports.index import ReportInputs, build_report
 from reports.layouts import FINAL_SUCCESS, prepare_runs
-from sweeps.study import load_study, make_trial
+from sweeps.study import load_study
+from sweeps.trials import make_trial
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 POINTS = ((2.38611, 0.0195789), (0.7, 0.002), (12.0, 0.05), (5.0, 0.001))

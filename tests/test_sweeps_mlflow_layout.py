@@ -12,18 +12,10 @@ from types import SimpleNamespace
 import sweeps_fakes as fakes
 import yaml
 
-from sweeps.runner import (
-    Console,
-    Launch,
-    _mark_failed,
-    _progress_callback,
-    child_config,
-    ensure_parent,
-    grid_trainable,
-    prepare_child,
-    run_trial,
-)
-from sweeps.study import expand, load_study
+from sweeps.runner import Console, _progress_callback, grid_trainable, run_trial
+from sweeps.study import load_study
+from sweeps.trial_runs import Launch, child_config, ensure_parent, mark_failed, prepare_child
+from sweeps.trials import expand
 from trainer.config import from_dict, to_dict
 from trainer.run.store import experiment_id, make_client
 from trainer.run.tracking import NOTE_TAG
@@ -120,9 +112,9 @@ def test_a_started_run_resumes_and_a_dead_trial_ends_failed_with_the_reason(tmp_
     run_trial(from_dict(spec["cfg"]), run_id, False, record)
     assert calls == [True]
     client.update_run(run_id, status="RUNNING")
-    _mark_failed(client, run_id, "RayActorError: the actor died unexpectedly")
+    mark_failed(client, run_id, "RayActorError: the actor died unexpectedly")
     run = client.get_run(run_id)
     assert run.info.status == "FAILED"
     assert run.data.tags["hindsight.failure"] == "RayActorError: the actor died unexpectedly"
-    _mark_failed(client, run_id, "again")  # a terminal run is left as it is
+    mark_failed(client, run_id, "again")  # a terminal run is left as it is
     assert client.get_run(run_id).data.tags["hindsight.failure"].startswith("RayActorError")

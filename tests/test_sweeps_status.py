@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps.runner import ensure_parent
 from sweeps.status import study_links, study_status, ui_argv
-from sweeps.study import describe_overrides, distinguishing, expand, load_study
+from sweeps.study import describe_overrides, distinguishing, load_study
+from sweeps.trial_runs import ensure_parent
+from sweeps.trials import expand
 from trainer.config import ConfigError, flatten
 from trainer.run.resolve import resolve
 from trainer.run.store import experiment_id, make_client
@@ -78,7 +79,7 @@ def test_search_status_shows_rounded_suggested_values(tmp_path, monkeypatch):
 
 
 def expand_one(study, beta):
-    from sweeps.study import make_trial
+    from sweeps.trials import make_trial
 
     return make_trial(study, {"algo.beta_opd": beta}, 0).cfg
 

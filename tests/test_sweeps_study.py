@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from sweeps.runner import plan_trials
-from sweeps.study import expand, load_study, parse_study
+from sweeps.study import load_study, parse_study
+from sweeps.trial_runs import plan_trials
+from sweeps.trials import expand
 from trainer.config import ConfigError
 from trainer.run.tracking import cell_id
 

@@ -19,8 +19,10 @@ from trainer.config import ModelConfig, VLLMConfig
 from trainer.episodes.samples import TokenSequence
 from trainer.episodes.scoring import sequence_logprobs
 from trainer.models.backbones import load_pretrained
-from trainer.models.backends import TransformersBackend, make_backend, request_seed
+from trainer.models.backends import make_backend
 from trainer.models.chat import encode_chat
+from trainer.models.generation import request_seed
+from trainer.models.transformers_backend import TransformersBackend
 from trainer.run.resolve import load_config
 from trainer.stages.warm_start import bundle_path
 

@@ -24,11 +24,11 @@ SETS = ["env.level=small", "stages.warm_start.enabled=false",
 
 def test_alignment_records_leave_the_actor_unchanged(tmp_path):
     from trainer.protocols.alignment import alignment_records
-    from trainer.run.components import build_context, start_rl
+    from trainer.run.components import build_components, start_rl
 
     cfg = resolve(load_config(MICRO, [*SETS, "algo.method=etro", "writer.kind=oracle",
                                       "algo.kl_coef=0", f"output.dir={tmp_path}"]))
-    ctx = build_context(cfg, init_from=str(ACTOR))
+    ctx = build_components(cfg, init_from=str(ACTOR))
     start_rl(ctx)
     before = {k: v.clone() for k, v in ctx.model.state_dict().items()}
     records = alignment_records(ctx, steps=2)
@@ -65,9 +65,9 @@ def test_diagnose_alignment_command_writes_the_figure(tmp_path, capsys):
 
 
 def test_an_actor_without_usable_turns_says_why_it_has_no_figure(tmp_path, capsys):
-    from trainer.run.components import build_context
+    from trainer.run.components import build_components
 
-    ctx = build_context(resolve(load_config(MICRO, [f"output.dir={tmp_path / 'o'}"])))
+    ctx = build_components(resolve(load_config(MICRO, [f"output.dir={tmp_path / 'o'}"])))
     actor = tmp_path / "actor"  # an untrained micro policy: it never acts, no anchor varies
     ctx.model.save_pretrained(actor)
     ctx.tokenizer.save_pretrained(actor)

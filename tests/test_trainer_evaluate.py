@@ -15,10 +15,10 @@ MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
-    from trainer.run.components import build_context
+    from trainer.run.components import build_components
 
     out = tmp_path_factory.mktemp("eval")
-    return build_context(resolve(load_config(MICRO, [f"output.dir={out}", "eval.max_tasks=3"])))
+    return build_components(resolve(load_config(MICRO, [f"output.dir={out}", "eval.max_tasks=3"])))
 
 
 def evaluate(ctx, **eval_fields):

@@ -11,15 +11,10 @@ import torch
 
 from trainer.config import ModelConfig, TinyModelConfig
 from trainer.models.backbones import build_tiny_model, load_model, load_smollm2, train_tokenizer
-from trainer.models.backends import (
-    STOP_STRINGS,
-    Generation,
-    GenerationBackend,
-    TransformersBackend,
-    make_backend,
-    sample_next,
-)
+from trainer.models.backends import make_backend
 from trainer.models.chat import encode, encode_chat
+from trainer.models.generation import STOP_STRINGS, Generation, GenerationBackend, sample_next
+from trainer.models.transformers_backend import TransformersBackend
 
 CORPUS = [
     "You are in the middle of a room. You see a fridge 1, a countertop 2 and a sinkbasin 1.",
@@ -311,7 +306,7 @@ def test_reloaded_tiny_policy_plays_identical_greedy_episodes(tmp_path):
 
     from trainer.config import apply_overrides
     from trainer.episodes.rollout import Sampling, collect
-    from trainer.run.components import build_context
+    from trainer.run.components import build_components
     from trainer.run.resolve import load_config, resolve
 
     micro = Path(__file__).parent / "data" / "train_micro.yaml"
@@ -324,11 +319,11 @@ def test_reloaded_tiny_policy_plays_identical_greedy_episodes(tmp_path):
         samples = [s.input_ids for s in ctx.builder.build_batch(trajectories)]
         return [[u.response for u in t.episode.turns] for t in trajectories], samples
 
-    ctx = build_context(cfg)
+    ctx = build_components(cfg)
     ctx.model.eval()
     before = greedy(ctx)
     ctx.model.save_pretrained(tmp_path)
     ctx.tokenizer.save_pretrained(tmp_path)
-    again = build_context(cfg, init_from=str(tmp_path))
+    again = build_components(cfg, init_from=str(tmp_path))
     again.model.eval()
     assert greedy(again) == before

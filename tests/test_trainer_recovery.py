@@ -21,10 +21,10 @@ SMALL = ["env.level=small", "env.max_turns=12", "stages.warm_start.enabled=false
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
-    from trainer.run.components import build_context
+    from trainer.run.components import build_components
 
     out = tmp_path_factory.mktemp("recovery")
-    return build_context(resolve(load_config(MICRO, [*SMALL, f"output.dir={out}"])))
+    return build_components(resolve(load_config(MICRO, [*SMALL, f"output.dir={out}"])))
 
 
 def test_continuations_start_from_the_perturbed_state(ctx):

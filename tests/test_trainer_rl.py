@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import trainer.stages.rl as rl
+import trainer.stages.step_metrics as step_metrics
 from trainer.algos import get_method
 from trainer.config import AlgoConfig
 from trainer.run.resolve import load_config, resolve
@@ -25,11 +26,11 @@ MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 def base_ctx(tmp_path_factory):
     """One micro context (SEED with the oracle writer, so that skills exist); variants share
     its model and tokenizer and rebuild the per-method parts."""
-    from trainer.run.components import build_context
+    from trainer.run.components import build_components
 
     out = tmp_path_factory.mktemp("rl")
     cfg = resolve(load_config(MICRO, ["algo.method=seed", "writer.kind=oracle", f"output.dir={out}"]))
-    return build_context(cfg)
+    return build_components(cfg)
 
 
 def variant(base, method: str, *overrides: str, wrap=lambda cfg: cfg):
@@ -42,7 +43,7 @@ def variant(base, method: str, *overrides: str, wrap=lambda cfg: cfg):
                                       *overrides]))
     ctx = copy.copy(base)
     ctx.cfg = wrap(cfg)
-    ctx.spec = get_method(ctx.cfg.algo.method)  # as build_context does
+    ctx.spec = get_method(ctx.cfg.algo.method)  # as build_components does
     ctx.privileged = PrivilegedContext(ctx.make_env) if "privileged" in ctx.spec.skills else None
     start_rl(ctx)
     return ctx
@@ -175,7 +176,7 @@ def test_a_long_skill_is_cut_counted_and_scored_with_the_students_history(base_c
     n = len(batch.trajectories)
     cut = ctx.tokenizer.decode(encode(ctx.tokenizer, long_skill)[:16])
     assert batch.texts["positive"] == [cut] * n
-    metrics = rl.step_metrics(ctx, batch, rl.PhaseTimer())
+    metrics = step_metrics.step_metrics(ctx, batch, rl.PhaseTimer())
     assert (metrics["skill/cut_count"], metrics["skill/cut_rate"]) == (n, 1.0)
     assert rl.skill_texts(ctx, "positive", batch) == [cut] * n  # what the skill samples show
     (none, student), (added, teacher) = built[0], built[-1]  # the scoring pass, the teacher
@@ -196,7 +197,7 @@ def test_seed_static_library_is_written_once_by_the_policy_at_the_rl_start(base_
 
     from envs.base import Hindsight
     from trainer.hindsight import writers
-    from trainer.run.components import LIBRARY_TASKS, SELF_LIBRARY, build_context, start_rl
+    from trainer.run.components import LIBRARY_TASKS, SELF_LIBRARY, build_components, start_rl
 
     calls = []
 
@@ -221,7 +222,7 @@ def test_seed_static_library_is_written_once_by_the_policy_at_the_rl_start(base_
     start_rl(ctx, resume=tmp_path)  # resume reads the saved library back
     assert ctx.library.entries == expected
 
-    oracle = build_context(resolve(load_config(MICRO, ["algo.method=seed_static_oracle",
+    oracle = build_components(resolve(load_config(MICRO, ["algo.method=seed_static_oracle",
                                                        f"output.dir={tmp_path / 'o'}"])))
     from trainer.hindsight.writers import build_library
     assert oracle.library.entries == build_library(oracle.make_env, oracle.train_tasks[-LIBRARY_TASKS:])

@@ -26,7 +26,7 @@ def run_metrics(cfg, run_id):
 
 
 def test_train_logs_run_metrics_artifacts_and_changes_parameters(tmp_path):
-    from trainer.run.components import build_context
+    from trainer.run.components import build_components
     from trainer.run.loop import train
 
     cfg = micro(tmp_path, "algo.method=etro", "output.log_checkpoints=true")
@@ -52,8 +52,8 @@ def test_train_logs_run_metrics_artifacts_and_changes_parameters(tmp_path):
     assert "records/step_000002.parquet" in records
     # the trained checkpoint differs from a fresh initialisation with the same seed
     ckpt = Path(cfg.output.dir) / "checkpoints" / "step_000002" / "model"
-    trained = build_context(cfg, init_from=str(ckpt)).model.state_dict()
-    fresh = build_context(cfg).model.state_dict()
+    trained = build_components(cfg, init_from=str(ckpt)).model.state_dict()
+    fresh = build_components(cfg).model.state_dict()
     assert any(not torch.equal(trained[k], fresh[k]) for k in fresh)
 
 

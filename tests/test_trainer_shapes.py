@@ -7,7 +7,6 @@ import torch
 
 from trainer.config import ConfigError, ModelConfig, RunConfig, TinyModelConfig, apply_overrides
 from trainer.models.backbones import load_model, train_tokenizer
-from trainer.models.backends import TransformersBackend
 from trainer.models.chat import encode
 from trainer.models.paper_shapes import (
     PAPER_SIZES,
@@ -17,6 +16,7 @@ from trainer.models.paper_shapes import (
     shape_names,
     uses_local_tokenizer,
 )
+from trainer.models.transformers_backend import TransformersBackend
 from trainer.run.resolve import resolve
 from trainer.stages.rl import PhaseTimer
 

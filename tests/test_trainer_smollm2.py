@@ -27,11 +27,12 @@ def smollm_config(tmp_path):
 
 def test_smollm2_writes_a_skill_and_one_seed_update_runs(tmp_path):
     pytest.importorskip("gguf")
-    from trainer.run.components import build_context, start_rl
-    from trainer.stages.rl import PhaseTimer, collect_batch, step_metrics, update
+    from trainer.run.components import build_components, start_rl
+    from trainer.stages.rl import PhaseTimer, collect_batch, update
+    from trainer.stages.step_metrics import step_metrics
 
     cfg = smollm_config(tmp_path)
-    ctx = build_context(cfg)
+    ctx = build_components(cfg)
     start_rl(ctx)
     assert ctx.writer.kind == "self"
     before = {k: v.clone() for k, v in ctx.model.state_dict().items() if "layers.0." in k}

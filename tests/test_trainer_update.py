@@ -23,7 +23,7 @@ MICRO = Path(__file__).parent / "data" / "train_micro.yaml"
 @pytest.fixture(scope="module")
 def contexts(tmp_path_factory):
     """One micro context per context mode (oracle writer, so that skills exist)."""
-    from trainer.run.components import build_context
+    from trainer.run.components import build_components
 
     built = {}
     for mode in ("full", "window"):
@@ -31,7 +31,7 @@ def contexts(tmp_path_factory):
         cfg = resolve(load_config(MICRO, ["algo.method=seed", "writer.kind=oracle", f"env.context={mode}",
                                           "rollout.tasks_per_step=2", "rollout.group_size=3",
                                           f"output.dir={out}"]))
-        built[mode] = build_context(cfg)
+        built[mode] = build_components(cfg)
     return built
 
 

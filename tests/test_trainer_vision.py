@@ -16,8 +16,9 @@ from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import SampleBuilder, Trajectory, assert_same_actions
 from trainer.episodes.scoring import score_trajectories
 from trainer.models.backbones import load_pretrained, train_tokenizer
-from trainer.models.backends import TransformersBackend, left_pad
 from trainer.models.chat import encode
+from trainer.models.generation import left_pad
+from trainer.models.transformers_backend import TransformersBackend
 from trainer.models.vision import (
     IMAGE_PAD,
     VISION_END,
@@ -241,7 +242,7 @@ def test_the_vllm_backend_gets_the_images_their_budget_and_no_vision_tokens(part
     import types
 
     from trainer.config import VLLMConfig
-    from trainer.models.backends import VLLMBackend, _weights_version
+    from trainer.models.vllm_backend import VLLMBackend, weights_version
 
     env, tasks, tokenizer, _, codec = parts
     calls = {}
@@ -268,7 +269,7 @@ def test_the_vllm_backend_gets_the_images_their_budget_and_no_vision_tokens(part
     model = types.SimpleNamespace(parameters=lambda: iter([weight]))
     backend = VLLMBackend(model, tokenizer, VLLMConfig(), max_model_len=4096, source="Qwen/Qwen2.5-VL-3B-Instruct",
                           vision=codec, images_per_prompt=16)
-    backend._synced = _weights_version(model)  # the engine holds these weights: nothing to push
+    backend._synced = weights_version(model)  # the engine holds these weights: nothing to push
     assert calls["engine"]["limit_mm_per_prompt"] == {"image": 16}
     assert calls["engine"]["mm_processor_kwargs"] == {"min_pixels": codec.min_pixels,
                                                        "max_pixels": codec.max_pixels}

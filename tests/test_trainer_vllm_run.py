@@ -40,7 +40,7 @@ def run(tmp_path, *overrides):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_the_engine_follows_the_policy_through_every_update(tmp_path, monkeypatch, temperature):
-    from trainer.models.backends import VLLMBackend
+    from trainer.models.vllm_backend import VLLMBackend
 
     sleeps, wakes = [], []
     real_release, real_wake = VLLMBackend.release, VLLMBackend._wake
@@ -53,7 +53,7 @@ def test_the_engine_follows_the_policy_through_every_update(tmp_path, monkeypatc
 
 
 def test_without_the_weight_push_the_gap_grows(tmp_path, monkeypatch):
-    from trainer.models.backends import VLLMBackend
+    from trainer.models.vllm_backend import VLLMBackend
 
     monkeypatch.setattr(VLLMBackend, "_push", lambda self: setattr(self, "_synced", None))
     gaps = run(tmp_path)["rollout/logprob_diff_max"]

@@ -13,7 +13,7 @@ import pytest
 
 import envs
 from envs.base import expert_policy, run_episode
-from envs.oracle import OracleWriter
+from envs.oracle import Oracle
 from trainer.config import WriterConfig
 from trainer.episodes.samples import Trajectory
 from trainer.hindsight.analyzer import analyzer_target
@@ -50,7 +50,7 @@ def episode():
     env = make()
     task = env.panel("train")[0]
     ep = run_episode(env, task, expert_policy(epsilon=0.5, seed="w"))
-    return ep, OracleWriter(make).write(ep)
+    return ep, Oracle(make).write(ep)
 
 
 @pytest.mark.parametrize("top_k", [0, 20])

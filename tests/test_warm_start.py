@@ -143,11 +143,11 @@ def test_writer_validity_counts_valid_hindsight_and_true_error_turns(monkeypatch
     writer that names another turn (or one where there is none) agrees on none; an empty answer is invalid."""
     import dataclasses
 
-    import trainer.run.components
-    from trainer.run.components import build_context, make_writer
+    import trainer.stages.skill_sft
+    from trainer.run.components import build_components, make_writer
     from trainer.stages.skill_sft import writer_validity
 
-    ctx = build_context(micro())
+    ctx = build_components(micro())
     oracle = make_writer(ctx, "oracle")
 
     class Shifted:
@@ -160,7 +160,7 @@ def test_writer_validity_counts_valid_hindsight_and_true_error_turns(monkeypatch
             return [dataclasses.replace(h, valid=False) for h in oracle.write(trajectories)]
 
     for writer, expected in ((oracle, (1.0, 1.0)), (Shifted(), (1.0, 0.0)), (Empty(), (0.0, 0.0))):
-        monkeypatch.setattr(trainer.run.components, "make_writer", lambda ctx, kind, w=writer: w)
+        monkeypatch.setattr(trainer.stages.skill_sft, "make_writer", lambda ctx, kind, w=writer: w)
         metrics = writer_validity(ctx, size=16)
         assert (metrics["writer/panel_valid_rate"], metrics["writer/panel_boundary_agreement"]) == expected
         assert metrics["writer/invalid_rate"] == 1.0 - expected[0]
@@ -170,11 +170,11 @@ def test_the_bundled_self_writer_writes_valid_hindsight_at_the_default_budget():
     """Issue 9's bar: at least half of the 64 panel trajectories get a valid self-written
     hindsight from the bundled warm start (87.5% when measured), with the writer's default
     token budget; a budget shorter than the oracle's annotations cuts them before they close."""
-    from trainer.run.components import build_context
+    from trainer.run.components import build_components
     from trainer.stages.skill_sft import writer_validity
 
     cfg = resolve(apply_overrides(load_config(SMALL), {"model.device": "cpu", "stages.warm_start.checkpoint": ""}))
-    ctx = build_context(cfg, init_from=str(bundle_path("household-small")))
+    ctx = build_components(cfg, init_from=str(bundle_path("household-small")))
     assert writer_validity(ctx)["writer/panel_valid_rate"] >= 0.5
 
 

@@ -48,6 +48,7 @@ from functools import cache
 from envs.adapters import AdapterUnavailable, require_module
 from envs.adapters.alfworld_pddl import TASK_TYPES, affordance_conflicts, game_data
 from envs.base import StepResult, Task, TextEnv, parse_tagged, with_admissible
+from envs.household.env import HouseholdEnv
 
 INVALID_OBSERVATION = "Nothing happens."
 DATA_ENV_VAR = "ALFWORLD_DATA"
@@ -288,8 +289,6 @@ def _data_root(game_files: str) -> str:
 
 @cache
 def _generated_panel(split: str) -> tuple[Task, ...]:
-    from envs.household.env import HouseholdEnv
-
     tasks = []
     for t in HouseholdEnv().panel(split):
         if affordance_conflicts(t):

@@ -43,6 +43,7 @@ from envs.ezpoints.cards import (
     value,
     wins,
 )
+from envs.ezpoints.render import draw
 
 INVALID_OBSERVATION = "Nothing happens."
 _WORDS = {"plus": "+", "add": "+", "times": "*", "x": "*", "\u00d7": "*", "multiply": "*",
@@ -252,8 +253,6 @@ class EZPointsEnv(TextEnv):
 
     def image(self):
         """The table as a PIL image: the two cards and the formula (``image_size``)."""
-        from envs.ezpoints.render import draw
-
         self._require()
         shown = self.formula + ((EQUALS,) if self.ended else ())
         return draw(self.cards, shown, self.image_size)

@@ -44,6 +44,7 @@ from envs.sokoban.levels import (
     solve,
     solved,
 )
+from envs.sokoban.render import draw
 
 INVALID_OBSERVATION = "Nothing happens."
 _ALIASES = {"u": "up", "d": "down", "l": "left", "r": "right", "north": "up", "south": "down",
@@ -284,8 +285,6 @@ class SokobanEnv(TextEnv):
 
     def image(self):
         """The current map as a PIL image (``tile`` pixels per cell)."""
-        from envs.sokoban.render import draw
-
         return draw(self.board, self._require_state(), self.tile)
 
     def _observe(self, message: str) -> str:

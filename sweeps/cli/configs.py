@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from sweeps import study as study_module
 from sweeps.cli.errors import CommandError
 from sweeps.cli.loading import STUDY_KEYS, check_study_extras, load_run, loading
+from sweeps.study import Study, load_study
+from sweeps.trials import study_configs
 from trainer import algos
 from trainer.config import RunConfig, apply_overrides, read_yaml
 from trainer.run import memory
@@ -25,8 +26,8 @@ def validate_command(args: argparse.Namespace) -> int:
         if args.overrides:
             raise CommandError("--set applies to run configs; a study sets values in its "
                                "base and grid")
-        study = loading(study_module.load_study, args.file)
-        configs = loading(study_module.study_configs, study)
+        study = loading(load_study, args.file)
+        configs = loading(study_configs, study)
         if not args.skip_extras:
             check_study_extras(configs)
         print(f"ok: study {args.file} (name={getattr(study, 'name', '?')})")
@@ -39,9 +40,9 @@ def validate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _study_with_overrides(path: str, overrides: list[str]) -> study_module.Study:
+def _study_with_overrides(path: str, overrides: list[str]) -> Study:
     """A study file with ``--set base.KEY=VALUE`` overrides applied to its base."""
-    study = loading(study_module.load_study, path)
+    study = loading(load_study, path)
     bad = [o for o in overrides if not o.startswith("base.")]
     if bad:
         raise CommandError(f"--set {bad[0]}: a study's keys are under base. (e.g. --set base.{bad[0]})")
@@ -78,7 +79,7 @@ def memory_command(args: argparse.Namespace) -> int:
     """Per GPU: weights, gradients, optimizer, reference, engine, activations; exit 1 if it does not fit."""
     if any(key in read_yaml(args.file) for key in STUDY_KEYS):
         study = _study_with_overrides(args.file, args.overrides)
-        configs = [loading(resolve, cfg) for cfg in loading(study_module.study_configs, study)]
+        configs = [loading(resolve, cfg) for cfg in loading(study_configs, study)]
     else:
         configs = [load_run(args.file, args.overrides, extras=False)]
     plans = _memory_plans(configs, args.gpu_memory)

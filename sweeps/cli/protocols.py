@@ -17,7 +17,7 @@ from trainer.config import ConfigError
 from trainer.models.folders import require_model_folder
 from trainer.protocols.alignment import SCORING_METHOD, alignment_records
 from trainer.protocols.continuations import continuations, suite_for
-from trainer.run.components import build_context, start_rl
+from trainer.run.components import build_components, start_rl
 from trainer.run.resolve import load_config, resolve
 from trainer.run.store import git_sha
 
@@ -31,7 +31,7 @@ def diagnose_command(args) -> int:
     if args.writer:
         overrides.append(f"writer.kind={args.writer}")
     cfg = resolve(load_config(args.config, overrides))
-    ctx = build_context(cfg, init_from=str(folder))
+    ctx = build_components(cfg, init_from=str(folder))
     start_rl(ctx)
     print(f"actor {args.actor}: {args.steps} batches of {cfg.rollout.tasks_per_step} tasks x "
           f"{cfg.rollout.group_size}, writer {cfg.writer.kind}, {args.advantage} step "
@@ -65,7 +65,7 @@ def recovery_command(args) -> int:
     out = Path(args.recovery_dir)
     frames, suite = [], None
     for label, checkpoint, folder in zip(labels, args.actor, folders):
-        ctx = build_context(cfg, init_from=str(folder))
+        ctx = build_components(cfg, init_from=str(folder))
         suite = suite if suite is not None else suite_for(ctx, args.split, args.tasks)
         if not suite:
             raise ConfigError(f"--split {args.split}: no task has a recoverable perturbation "

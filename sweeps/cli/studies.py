@@ -10,7 +10,8 @@ import sys
 from sweeps.report import build_study_report
 from sweeps.runner import run_study
 from sweeps.status import LOOPBACK, UI_ENV, serve, study_links, study_status, ui_argv
-from sweeps.study import load_study, study_configs
+from sweeps.study import load_study
+from sweeps.trials import study_configs
 from trainer.config import ConfigError
 from trainer.run.dependencies import check_extras
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from envs.base import StepResult, Task, TextEnv, Turn, finish_episode, play_turn
 from trainer.episodes.samples import SampleBuilder, Trajectory
-from trainer.models.backends import GenerationBackend, request_seed
 from trainer.models.chat import encode
+from trainer.models.generation import GenerationBackend, request_seed
 
 
 @dataclass(frozen=True)

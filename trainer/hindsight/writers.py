@@ -36,11 +36,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from envs.base import Hindsight, Task, TextEnv, expert_policy, run_episode
+from envs.oracle import Oracle
 from trainer.config import WriterConfig
 from trainer.episodes.samples import Trajectory
 from trainer.hindsight.analyzer import analyzer_prompt, episode_images, parse_analyzer_output
-from trainer.models.backends import request_seed
 from trainer.models.chat import encode_chat
+from trainer.models.generation import request_seed
 from trainer.models.precision import frozen_copy
 from trainer.run.checkpoint import load_module
 
@@ -74,9 +75,7 @@ class OracleWriter:
     kind = "oracle"
 
     def __init__(self, make_env: Callable[[], TextEnv]):
-        from envs.oracle import OracleWriter as EnvOracle
-
-        self._oracle = EnvOracle(make_env)
+        self._oracle = Oracle(make_env)
 
     def write(self, trajectories, seed=None):
         return [self._oracle.write(t.episode) for t in trajectories]
@@ -204,9 +203,7 @@ class StaticWriter:
 def build_library(make_env: Callable[[], TextEnv], tasks: Sequence[Task]) -> list[dict]:
     """A static library from expert episodes of ``tasks`` annotated by the oracle writer
     (an offline library written once, before training, as in the papers' static baselines)."""
-    from envs.oracle import OracleWriter as EnvOracle
-
-    oracle, env = EnvOracle(make_env), make_env()
+    oracle, env = Oracle(make_env), make_env()
     act = expert_policy(0.0, seed="library")
     return [
         {"instruction": t.instruction, "skill": oracle.write(run_episode(env, t, act)).positive_skill}

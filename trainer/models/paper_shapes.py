@@ -26,8 +26,8 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
 from trainer.config import SHAPE_SUFFIX, TINY_BACKBONES
-from trainer.models.backbones import train_tokenizer
 from trainer.models.chat import IM_END
+from trainer.models.tokenizers import train_tokenizer
 
 CONFIG_DIR = Path(__file__).resolve().parent / "shape_configs"
 # Released parameter counts (model cards: 0.49B, 1.54B, 3.09B, 7.61B), the check that a

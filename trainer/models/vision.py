@@ -29,6 +29,8 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from trainer.models.chat import IM_END
+
 VISION_START, VISION_END, IMAGE_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"
 VIDEO_PAD = "<|video_pad|>"  # never used here; a Qwen2-VL config needs its id
 VISION_TOKENS = (VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD)
@@ -170,8 +172,6 @@ def build_tiny_vl_model(tokenizer: PreTrainedTokenizerBase, tiny_cfg, seed: int 
     (``tiny_cfg``), a one-block vision tower of width ``tiny_cfg.hidden_size`` with 14-pixel
     patches merged 2 x 2, the tokenizer's vision tokens wired in.  Seeded like the text one."""
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
-
-    from trainer.models.chat import IM_END
 
     half = tiny_cfg.hidden_size // tiny_cfg.num_heads // 2  # rotary frequencies per head
     if half < 3:

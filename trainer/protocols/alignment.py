@@ -18,6 +18,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
+from trainer.episodes.records import build_records
+from trainer.stages.rl import PhaseTimer, collect_batch
+
 # The method whose scoring path this protocol uses: Positive and Negative contexts scored
 # with the old-policy teacher once per batch (never an update).
 SCORING_METHOD = "etro"
@@ -27,9 +30,6 @@ SCORING_METHOD = "etro"
 def alignment_records(ctx, steps: int, progress=None) -> pd.DataFrame:
     """Per-turn records (Delta_pos, Delta_neg, writer boundary, returns, anchors) of
     ``steps`` batches played by the frozen actor in ``ctx``."""
-    from trainer.episodes.records import build_records
-    from trainer.stages.rl import PhaseTimer, collect_batch
-
     frames = []
     for step in range(1, steps + 1):
         batch = collect_batch(ctx, step, PhaseTimer())

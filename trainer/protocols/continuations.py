@@ -25,10 +25,10 @@ import torch
 from envs.recovery import Perturbation, first_action_class, recovery_suite
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.scoring import score_trajectories
-from trainer.run.components import Context
+from trainer.run.components import Components
 
 
-def suite_for(ctx: Context, split: str, tasks: int) -> list[Perturbation]:
+def suite_for(ctx: Components, split: str, tasks: int) -> list[Perturbation]:
     """The first ``tasks`` perturbations of panel ``split`` (tasks without one are skipped)."""
     ctx.prompt_env.check_split(split)
     suite = recovery_suite(ctx.make_env, ctx.prompt_env.panel(split))
@@ -36,7 +36,7 @@ def suite_for(ctx: Context, split: str, tasks: int) -> list[Perturbation]:
 
 
 @torch.no_grad()
-def continuations(ctx: Context, suite: Sequence[Perturbation], repeats: int,
+def continuations(ctx: Components, suite: Sequence[Perturbation], repeats: int,
                   seed: int = 0) -> pd.DataFrame:
     """One row per (perturbation, repeat): task_id, repeat, turn (where the actor takes
     over), success, score, first_action, first_class, wrong_branch, invalid_first, recovers,

@@ -1,6 +1,6 @@
 """Wiring of one training run: every component the phases use, built once from the config.
 
-:func:`build_context` only wires (STYLE.md #4): environment factory, tokenizer and policy,
+:func:`build_components` only wires (STYLE.md #4): environment factory, tokenizer and policy,
 frozen reference, rollout backend, sample builder, writer, optimizer.  The phases
 (:mod:`trainer.stages`, :mod:`trainer.rl`, :mod:`trainer.evaluate`) read it.
 """
@@ -18,8 +18,10 @@ import torch
 
 import envs
 from envs.base import Task, TextEnv, demo_policy, run_episode
+from envs.oracle import Oracle
 from trainer.algos import MethodSpec, get_method
 from trainer.config import RunConfig
+from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import SampleBuilder
 from trainer.hindsight.analyzer import WRITER_IMAGES, analyzer_prompt, analyzer_target
 from trainer.hindsight.writers import (
@@ -36,11 +38,13 @@ from trainer.hindsight.writers import (
     load_library,
 )
 from trainer.models.backbones import load_model, load_pretrained, resolve_device, resolve_dtype
-from trainer.models.backends import GenerationBackend, make_backend, request_seed
+from trainer.models.backends import make_backend
 from trainer.models.folders import model_folder
+from trainer.models.generation import GenerationBackend, request_seed
 from trainer.models.paper_shapes import uses_local_tokenizer
 from trainer.models.precision import frozen_copy
 from trainer.models.vision import VisionCodec, is_vision_model
+from trainer.run.checkpoint import WRITER, load_module, rl_init_path
 
 LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
 SELF_LIBRARY = "library.json"  # a self-written static library, in output.dir (kept for resume)
@@ -48,7 +52,7 @@ TOKENIZER_EPISODES = 120  # expert episodes whose text trains a tiny/shaped back
 
 
 @dataclass
-class Context:
+class Components:
     cfg: RunConfig
     spec: MethodSpec
     make_env: Callable[[], TextEnv]
@@ -79,9 +83,7 @@ def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
 def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task]) -> list[str]:
     """Environment text for a tiny backbone's tokenizer: prompts, observations, expert
     responses, oracle skills and analyzer prompts of expert episodes with mistakes."""
-    from envs.oracle import OracleWriter as EnvOracle
-
-    env, oracle = make_env(), EnvOracle(make_env)
+    env, oracle = make_env(), Oracle(make_env)
     act = demo_policy(0.2, seed="tokenizer")
     texts = [env.system_prompt(), env.domain_description()]
     for task in tasks:
@@ -94,7 +96,7 @@ def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task]) -> list
     return texts
 
 
-def make_writer(ctx: Context, kind: str) -> Writer:
+def make_writer(ctx: Components, kind: str) -> Writer:
     cfg = ctx.cfg
     builders: dict[str, Callable[[], Writer]] = {
         "none": NoWriter,
@@ -109,7 +111,7 @@ def make_writer(ctx: Context, kind: str) -> Writer:
     return builders[kind]()
 
 
-def writer_backends(ctx: Context, tokenizer, vision) -> Callable:
+def writer_backends(ctx: Components, tokenizer, vision) -> Callable:
     """A writer's backend factory (model -> backend): the policy's own backend for the
     policy itself (one engine a trial: SEED's self writer, the writer panel, a self-written
     library), a new one of the run's kind for a frozen snapshot or a checkpoint's model
@@ -129,7 +131,7 @@ def engine_length(cfg: RunConfig) -> int:
     return cfg.model.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.writer.max_new_tokens)
 
 
-def frozen_writer_from(ctx: Context) -> FrozenWriter:
+def frozen_writer_from(ctx: Components) -> FrozenWriter:
     """The frozen writer: ``writer.checkpoint`` (its model and tokenizer) when set, else the
     policy as it is now (start_rl calls this after the SFT stages)."""
     cfg = ctx.cfg
@@ -145,7 +147,7 @@ def frozen_writer_from(ctx: Context) -> FrozenWriter:
                         cfg.model.max_prompt_tokens, model=model, vision=vision)
 
 
-def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
+def build_components(cfg: RunConfig, init_from: str | None = None) -> Components:
     """Build every component of a run from a resolved config; ``init_from`` loads the policy
     and its tokenizer from a saved model directory (a checkpoint) instead of the backbone."""
     torch.manual_seed(cfg.seed)
@@ -170,7 +172,7 @@ def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
         vision = VisionCodec(model.config, tokenizer, cfg.model.max_image_tokens)
     builder = SampleBuilder(tokenizer, prompt_env, cfg.env.context, cfg.env.history_window,
                             cfg.model.max_prompt_tokens, vision)
-    ctx = Context(cfg=cfg, spec=spec, make_env=make_env, prompt_env=prompt_env, model=model,
+    ctx = Components(cfg=cfg, spec=spec, make_env=make_env, prompt_env=prompt_env, model=model,
                   tokenizer=tokenizer, builder=builder,
                   backend=make_backend(cfg.model, model, tokenizer, vision,
                                        images_per_prompt=max(prompt_env.max_turns + 1, WRITER_IMAGES),
@@ -186,21 +188,19 @@ def build_context(cfg: RunConfig, init_from: str | None = None) -> Context:
     return ctx
 
 
-def frozen_writer(ctx: Context) -> torch.nn.Module | None:
+def frozen_writer(ctx: Components) -> torch.nn.Module | None:
     """The self writer's frozen snapshot (stale / refresh_every > 1), None otherwise."""
     frozen = getattr(ctx.writer, "frozen", None)
     return frozen() if frozen is not None else None
 
 
-def self_library(ctx: Context, resume: Path | None = None) -> StaticWriter:
+def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
     """SEED's static library (Table 2): the policy at the RL initialisation (after the warm
     start and Stage 1, the run's earliest checkpoint) plays one episode per library task and
     its own writer writes their skills, once; valid ones become the library.  Saved as
     ``output.dir/library.json`` and, on resume, read back instead of rewritten.  Metrics
     ``library/size`` and ``library/valid_rate`` land on the writer's ``metrics``."""
     import dataclasses
-
-    from trainer.episodes.rollout import Sampling, collect
 
     cfg = ctx.cfg
     path = Path(cfg.output.dir) / SELF_LIBRARY
@@ -227,7 +227,7 @@ def self_library(ctx: Context, resume: Path | None = None) -> StaticWriter:
     return library
 
 
-def start_rl(ctx: Context, resume: Path | None = None) -> None:
+def start_rl(ctx: Components, resume: Path | None = None) -> None:
     """Freeze the reference policy, build the writer and the optimizer (after the SFT
     stages, so that the reference and the self writer start from the RL initialisation).
 
@@ -235,8 +235,6 @@ def start_rl(ctx: Context, resume: Path | None = None) -> None:
     restored from the run's saved RL initialisation (:func:`trainer.checkpoint.rl_init_path`)
     and a frozen writer snapshot from the checkpoint, bit for bit, instead of being rebuilt
     from the resumed policy."""
-    from trainer.run.checkpoint import WRITER, load_module, rl_init_path
-
     cfg = ctx.cfg
     if cfg.algo.kl_coef > 0:
         ctx.reference = frozen_copy(ctx.model)  # stored in the compute dtype

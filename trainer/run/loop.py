@@ -31,13 +31,14 @@ from trainer.run.checkpoint import (
     save_checkpoint,
     save_module,
 )
-from trainer.run.components import Context, build_context, frozen_writer, start_rl
+from trainer.run.components import Components, build_components, frozen_writer, start_rl
 from trainer.run.resolve import resolve
 from trainer.run.store import tracking_uri
 from trainer.run.tracking import RunLogger
 from trainer.stages.evaluate import evaluate_panels
-from trainer.stages.rl import PhaseTimer, collect_batch, skill_texts, step_metrics, update
+from trainer.stages.rl import PhaseTimer, collect_batch, skill_texts, update
 from trainer.stages.skill_sft import skill_sft, writer_validity
+from trainer.stages.step_metrics import step_metrics
 from trainer.stages.warm_start import (
     BUNDLE_META,
     bundle_path,
@@ -88,7 +89,7 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     if ckpt is None and cfg.stages.warm_start.enabled and cfg.stages.warm_start.checkpoint:
         cached, cache = _saved_warm_start(cfg, logger), None
     init = str(ckpt / "model") if ckpt is not None else cached
-    ctx = build_context(cfg, init_from=init)
+    ctx = build_components(cfg, init_from=init)
     if ckpt is None:
         _sft_stages(ctx, logger, progress, cache, cached)
         start_rl(ctx)
@@ -141,7 +142,7 @@ def _saved_warm_start(cfg: RunConfig, logger: RunLogger) -> str:
     return str(path)
 
 
-def _sft_stages(ctx: Context, logger: RunLogger, progress: bool, cache: Path | None, cached: str | None) -> None:
+def _sft_stages(ctx: Components, logger: RunLogger, progress: bool, cache: Path | None, cached: str | None) -> None:
     stages = ctx.cfg.stages
     if cached is not None:  # a saved warm start logged its figures in _saved_warm_start
         if not stages.warm_start.checkpoint:
@@ -174,7 +175,7 @@ def _bar(progress: bool, desc: str):
         bar.close()
 
 
-def _rl_step(ctx: Context, state: TrainerState, step: int):
+def _rl_step(ctx: Components, state: TrainerState, step: int):
     timer = PhaseTimer.for_device(ctx.device())
     batch = collect_batch(ctx, step, timer)
     loss_metrics, finite = update(ctx, batch, step, timer)
@@ -195,7 +196,7 @@ def _rl_step(ctx: Context, state: TrainerState, step: int):
     return metrics, batch
 
 
-def _evaluate(ctx: Context, logger: RunLogger, out: Path, step: int, batch) -> dict[str, float]:
+def _evaluate(ctx: Components, logger: RunLogger, out: Path, step: int, batch) -> dict[str, float]:
     """Panels, per-turn records (evaluation episodes plus the step's training batch) and
     sample skills, logged as artifacts."""
     timer = PhaseTimer()
@@ -217,7 +218,7 @@ def _evaluate(ctx: Context, logger: RunLogger, out: Path, step: int, batch) -> d
     return metrics
 
 
-def _skills_text(ctx: Context, batch, limit: int = 8) -> str:
+def _skills_text(ctx: Components, batch, limit: int = 8) -> str:
     """The first ``limit`` trajectories' hindsight as the teacher saw it: per teacher context
     of the method, the exact text spliced in (``skill_texts``), or why there was none; the
     writer's raw output when it was malformed."""
@@ -247,6 +248,6 @@ def evaluate(cfg: RunConfig, checkpoint: str | None = None) -> dict[str, float]:
     path = checkpoint or latest_checkpoint(cfg.output.dir)
     if path is None:
         raise FileNotFoundError(f"no checkpoint under {cfg.output.dir}/checkpoints; pass --checkpoint")
-    ctx = build_context(cfg, init_from=str(require_model_folder(str(path), "checkpoint")))
+    ctx = build_components(cfg, init_from=str(require_model_folder(str(path), "checkpoint")))
     metrics, _ = evaluate_panels(ctx, step=0)
     return metrics

@@ -36,6 +36,7 @@ from mlflow.utils.validation import (
     MAX_TAG_VAL_LENGTH,
 )
 
+from trainer.algos import get_method
 from trainer.config import RunConfig, canonical_json, flatten, to_dict
 from trainer.run.resolve import resolve
 from trainer.run.store import experiment_id, git_sha, make_client, with_retry
@@ -74,8 +75,6 @@ def cell_id(cfg: RunConfig) -> str:
 
 def method_writer(method: str) -> str:
     """The writer kind the method's table entry gives (``""`` for an unregistered name)."""
-    from trainer.algos import get_method
-
     try:
         return get_method(method).writer
     except (KeyError, ValueError):

@@ -9,17 +9,17 @@ import pandas as pd
 
 from trainer.episodes.records import build_records
 from trainer.episodes.rollout import Sampling, collect
-from trainer.models.backends import request_seed
-from trainer.run.components import Context
+from trainer.models.generation import request_seed
+from trainer.run.components import Components
 
 
-def panel_tasks(ctx: Context, split: str):
+def panel_tasks(ctx: Components, split: str):
     tasks = ctx.prompt_env.panel(split)
     limit = ctx.cfg.eval.max_tasks
     return tasks[:limit] if limit else tasks
 
 
-def evaluate_panels(ctx: Context, step: int) -> tuple[dict[str, float], pd.DataFrame]:
+def evaluate_panels(ctx: Components, step: int) -> tuple[dict[str, float], pd.DataFrame]:
     """Play every task of each ``eval.splits`` panel ``eval.samples`` times (once when
     greedy); returns ``eval/<split>/*`` metrics, means over all episodes, and the per-turn
     records of the episodes (a task's samples share its group id).
@@ -50,12 +50,10 @@ def evaluate_panels(ctx: Context, step: int) -> tuple[dict[str, float], pd.DataF
     return metrics, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def evaluate_policy(ctx: Context, max_tasks: int) -> dict[str, float]:
+def evaluate_policy(ctx: Components, max_tasks: int) -> dict[str, float]:
     """Success of the current policy on every eval panel of the env (the first
     ``max_tasks`` tasks of each), greedy and at the config's evaluation temperature:
     ``{"eval_seen/success/greedy": ..., "eval_seen/success/t0.7": ..., ...}``."""
-    from trainer.stages.evaluate import evaluate_panels
-
     cfg, out = ctx.cfg, {}
     splits = tuple(s for s in ctx.prompt_env.splits if s != cfg.env.train_split)
     for temperature in sorted({0.0, cfg.eval.temperature}):

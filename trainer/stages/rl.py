@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import random
-import resource
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -52,8 +51,8 @@ from trainer.episodes.scoring import (
     sequence_logprobs,
     to_actions,
 )
-from trainer.models.backends import request_seed
-from trainer.run.components import Context
+from trainer.models.generation import request_seed
+from trainer.run.components import Components
 
 
 @dataclass
@@ -112,14 +111,14 @@ class StepBatch:
     image_tokens: int = 0
 
 
-def teacher_mode(ctx: Context) -> str:
+def teacher_mode(ctx: Components) -> str:
     """The resolved ``algo.teacher`` (``old`` / ``current``): the config's value, else the
     method's default (never the spec's own value over the config's)."""
     teacher = ctx.cfg.algo.teacher
     return ctx.spec.teacher if teacher is None else teacher
 
 
-def context_skills(ctx: Context, context: str, trajectories, hindsights) -> list[str | None]:
+def context_skills(ctx: Components, context: str, trajectories, hindsights) -> list[str | None]:
     """Each trajectory's own text for teacher context ``context`` (None = none): the
     privileged context whatever the writer said; the writer's Positive skill when its output
     parsed; its Negative skill when it also named a boundary."""
@@ -134,7 +133,7 @@ def context_skills(ctx: Context, context: str, trajectories, hindsights) -> list
     return texts
 
 
-def budgeted_texts(ctx: Context, contexts, trajectories, hindsights) -> tuple[dict, dict[str, float]]:
+def budgeted_texts(ctx: Components, contexts, trajectories, hindsights) -> tuple[dict, dict[str, float]]:
     """Each context's :func:`context_skills`, cut to ``writer.max_skill_tokens`` tokens, and
     ``skill/cut_count`` (texts cut, all contexts) and ``skill/cut_rate`` (of the texts)."""
     budget = ctx.cfg.writer.max_skill_tokens
@@ -149,14 +148,14 @@ def budgeted_texts(ctx: Context, contexts, trajectories, hindsights) -> tuple[di
     return texts, metrics
 
 
-def _added_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None]:
+def _added_texts(ctx: Components, context: str, batch: StepBatch) -> list[str | None]:
     """The teacher's own text per row for ``context`` (budgeted when collected)."""
     if context in batch.texts:
         return batch.texts[context]
     return budgeted_texts(ctx, [context], batch.trajectories, batch.hindsights)[0][context]
 
 
-def skill_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None]:
+def skill_texts(ctx: Components, context: str, batch: StepBatch) -> list[str | None]:
     """The text spliced into each trajectory's context for teacher context ``context``:
     the rollout skill (Skill-GRPO) joined with :func:`context_skills` within the skill budget
     (None = no skill)."""
@@ -164,13 +163,13 @@ def skill_texts(ctx: Context, context: str, batch: StepBatch) -> list[str | None
     return [join_skills(r, s) for r, s in zip(batch.rollout_skills or [None] * len(texts), texts)]
 
 
-def _score(ctx: Context, model, trajectories, skills, grad=False, entropy=False) -> tuple[ActionBatch, list]:
+def _score(ctx: Components, model, trajectories, skills, grad=False, entropy=False) -> tuple[ActionBatch, list]:
     """Scored [B, T] action tokens and the sequences they came from."""
     return score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=ctx.cfg.algo.micro_batch_size,
                               grad=grad, with_entropy=entropy, temperature=ctx.cfg.rollout.temperature)
 
 
-def _teacher_logp(ctx: Context, model, batch: StepBatch, context: str, student_seq, rows=None) -> torch.Tensor:
+def _teacher_logp(ctx: Components, model, batch: StepBatch, context: str, student_seq, rows=None) -> torch.Tensor:
     """Teacher log-probs [B, T] of ``context`` for ``rows`` (default all); rows without that
     skill get the student's own log-probs (Delta = 0).  ``student_seq`` are the student
     sequences of the same rows, already built by the scoring pass; the teacher must score
@@ -179,7 +178,7 @@ def _teacher_logp(ctx: Context, model, batch: StepBatch, context: str, student_s
     return _teacher_scores(ctx, model, batch, context, student_seq, rows).logp
 
 
-def _teacher_scores(ctx: Context, model, batch: StepBatch, context: str, student_seq, rows=None,
+def _teacher_scores(ctx: Components, model, batch: StepBatch, context: str, student_seq, rows=None,
                     top_k: int = 0) -> ActionBatch:
     """:func:`_teacher_logp` as the whole :class:`ActionBatch`; ``top_k`` adds the teacher's
     k most likely ids and their log-probs per action token (OPSD's distribution matching)."""
@@ -195,7 +194,7 @@ def _teacher_scores(ctx: Context, model, batch: StepBatch, context: str, student
     return teacher
 
 
-def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
+def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
     """Phases rollout, write, score, reference, teacher (old), advantage."""
     cfg, spec = ctx.cfg, ctx.spec
     rng = random.Random(f"tasks:{cfg.seed}:{step}")
@@ -237,7 +236,7 @@ def collect_batch(ctx: Context, step: int, timer: PhaseTimer) -> StepBatch:
     return batch
 
 
-def _image_tokens(ctx: Context, sequences) -> int:
+def _image_tokens(ctx: Components, sequences) -> int:
     """Image placeholder tokens in ``sequences`` (0 without images)."""
     vision = ctx.builder.vision
     if vision is None:
@@ -262,7 +261,7 @@ def credit_inputs(batch: StepBatch, step: int, seed: int) -> CreditInputs:
     )
 
 
-def update(ctx: Context, batch: StepBatch, step: int, timer: PhaseTimer) -> tuple[dict[str, float], bool]:
+def update(ctx: Components, batch: StepBatch, step: int, timer: PhaseTimer) -> tuple[dict[str, float], bool]:
     """PPO epochs over trajectory minibatches, one optimizer step each.  Returns (mean loss
     metrics, finite)."""
     cfg = ctx.cfg
@@ -298,7 +297,7 @@ class _Minibatch:
     weights: torch.Tensor  # [B, T], the minibatch's rows filled (aggregation_weights)
 
 
-def _plan(ctx: Context, batch: StepBatch, rows: list[int]) -> _Minibatch:
+def _plan(ctx: Components, batch: StepBatch, rows: list[int]) -> _Minibatch:
     """Build the minibatch's sequences and aggregation weights (computed over the whole
     minibatch, so that its micro-batches' losses add up to the minibatch's loss)."""
     trajs = [batch.trajectories[i] for i in rows]
@@ -321,7 +320,7 @@ def micro_batches(sequences, size: int) -> list[list[int]]:
     return [order[i:i + size] for i in range(0, len(order), size)]
 
 
-def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTimer,
+def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseTimer,
                record: bool = False) -> tuple[dict[str, float], bool]:
     """One PPO minibatch: forward and backward per micro-batch of ``algo.micro_batch_size``
     sequences (gradient accumulation), each micro-batch's loss weighted by its tokens' share
@@ -349,7 +348,7 @@ def _minibatch(ctx: Context, batch: StepBatch, rows: list[int], timer: PhaseTime
     return metrics, True
 
 
-def _micro_loss(ctx: Context, batch: StepBatch, plan: _Minibatch, part: list[int], timer: PhaseTimer,
+def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[int], timer: PhaseTimer,
                 record: bool) -> tuple[torch.Tensor, dict[str, float], float]:
     """The weighted loss of one micro-batch (the sequences ``part`` of the minibatch), in the
     sequence-action layout [n, A]; its metrics and its number of tokens."""
@@ -398,6 +397,8 @@ def _micro_loss(ctx: Context, batch: StepBatch, plan: _Minibatch, part: list[int
 # up over micro-batches), and those that are maxima; every other metric is a mean over the
 # micro-batch's tokens, combined weighted by its tokens.
 _SUMMED = ("loss/total", "loss/rl", "loss/opd", "ppo/pg_loss")
+
+
 _MAXED = ("ppo/ratio_max",)
 
 
@@ -421,81 +422,3 @@ def _record_delta(batch: StepBatch, context: str, plan: _Minibatch, index: Actio
     keep = index.mask.to(full.device)
     rows = plan.traj_rows.to(full.device)[index.rows.to(full.device)]
     full[rows[keep], index.cols.to(full.device)[keep]] = delta.detach().to(full.dtype)[keep]
-
-
-def step_metrics(ctx: Context, batch: StepBatch, timer: PhaseTimer) -> dict[str, float]:
-    """Rollout, writer and performance metrics of one step (loss metrics come from update)."""
-    episodes = [t.episode for t in batch.trajectories]
-    turns = [t for e in episodes for t in e.turns]
-    mask = batch.old.mask
-    metrics = {
-        "train/success": _mean([e.success for e in episodes]),
-        "train/score": _mean([e.score for e in episodes]),
-        "train/reward": _mean([e.total_reward for e in episodes]),
-        "train/episode_length": _mean([len(e.turns) for e in episodes]),
-        "train/invalid_rate": _mean([not t.valid for t in turns]),
-        # commands read as a similar admissible one (env.action_match: nearest; else 0)
-        "train/matched_rate": _mean([bool(t.info.get("matched")) for t in turns]),
-        "train/entropy": float((batch.old.entropy * mask).sum() / mask.sum().clamp(min=1)),
-    }
-    metrics.update(batch.adv_metrics)
-    metrics.update(batch.skill_metrics)
-    if batch.hindsights is not None:
-        skills = [h.positive_skill for h in batch.hindsights if h.valid]
-        metrics["writer/invalid_rate"] = _mean([not h.valid for h in batch.hindsights])
-        metrics["writer/skill_tokens"] = _mean([len(ctx.tokenizer.encode(s)) for s in skills]) if skills else 0.0
-        metrics["writer/boundary_rate"] = _mean([h.error_turn is not None for h in batch.hindsights if h.valid])
-        metrics["writer/boundary_invalid_rate"] = _mean([not h.boundary_valid for h in batch.hindsights if h.valid])
-    metrics.update(logprob_gap(batch.trajectories, batch.old))
-    metrics["rollout/distinct_rate"] = distinct_rate(batch.trajectories, batch.group_ids)
-    metrics["perf/tokens_per_s"] = batch.generated_tokens / max(timer.seconds.get("rollout", 0.0), 1e-9)
-    metrics["perf/peak_mem_mb"] = peak_memory_mb()
-    # what one scoring pass of the student contexts reads (each of score, reference, teacher
-    # and update reads about as much), images included (model.max_image_tokens bounds each)
-    metrics["perf/context_tokens"] = float(batch.context_tokens)
-    metrics["perf/image_tokens"] = float(batch.image_tokens)
-    metrics.update(timer.metrics())
-    return metrics
-
-
-def logprob_gap(trajectories: list[Trajectory], old: ActionBatch) -> dict[str, float]:
-    """``rollout/logprob_diff_mean`` / ``_max``: |log-prob the backend sampled a token with -
-    the trainer's old-policy log-prob of it| over the step's sampled tokens (verl's
-    ``training/rollout_probs_diff_*``), from the log-probs the backend returned with its
-    samples (:attr:`trainer.backend.Generation.logprobs`), never a re-score.  Near 0 when
-    the engine holds the trainer's weights; it grows when the engine lags behind them."""
-    engine = torch.zeros_like(old.logp)
-    sampled = torch.zeros_like(old.mask, dtype=torch.bool)
-    for row, traj in enumerate(trajectories):
-        column = 0
-        for ids, lps in zip(traj.response_ids, traj.logprobs or [()] * len(traj.response_ids)):
-            if lps:
-                engine[row, column:column + len(ids)] = torch.tensor(lps, dtype=engine.dtype)
-                sampled[row, column:column + len(ids)] = True
-            column += len(ids)
-    keep = sampled & old.mask.bool()
-    if not keep.any():
-        return {}
-    gap = (engine - old.logp).abs()[keep]
-    return {"rollout/logprob_diff_mean": float(gap.mean()), "rollout/logprob_diff_max": float(gap.max())}
-
-
-def distinct_rate(trajectories: list[Trajectory], group_ids: list[int]) -> float:
-    """Mean over GRPO groups of (distinct trajectories / group size), a trajectory being its
-    sampled token ids: 1 when every sample of a group differs, 1/G when a group got one sample
-    G times (one seeded sampling for a whole call does that on vLLM)."""
-    groups: dict[int, list] = {}
-    for traj, group in zip(trajectories, group_ids):
-        groups.setdefault(group, []).append(traj.response_ids)
-    return _mean([len(set(members)) / len(members) for members in groups.values()])
-
-
-def peak_memory_mb() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
-def _mean(values) -> float:
-    values = [float(v) for v in values]
-    return sum(values) / len(values) if values else math.nan

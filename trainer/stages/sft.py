@@ -19,7 +19,7 @@ from trainer.episodes.scoring import sequence_logprobs
 from trainer.hindsight.analyzer import analyzer_target
 from trainer.hindsight.writers import writer_input
 from trainer.models.chat import encode
-from trainer.run.components import Context
+from trainer.run.components import Components
 
 
 def example(prompt_ids: Sequence[int], target_ids: Sequence[int], images: Sequence = ()) -> TokenSequence:
@@ -110,13 +110,13 @@ def sft(
     }
 
 
-def demo_trajectory(ctx: Context, episode) -> Trajectory:
+def demo_trajectory(ctx: Components, episode) -> Trajectory:
     """An expert episode with its response texts tokenised (demonstrations were not sampled,
     so tokenising their text is the only way to get ids)."""
     return Trajectory(episode, tuple(tuple(encode(ctx.tokenizer, t.response)) for t in episode.turns))
 
 
-def writer_example(ctx: Context, episode, hindsight):
+def writer_example(ctx: Components, episode, hindsight):
     """A Stage-1 / warm-start writer example: the prompt the self writer reads (its images
     too, with env.images), the oracle's hindsight as target."""
     prompt, images = writer_input(ctx.tokenizer, ctx.prompt_env.domain_description(), episode,

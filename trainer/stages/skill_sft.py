@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import random
 
-from envs.base import demo_policy, run_episode
+from envs.base import demo_policy, error_turn, run_episode
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import Trajectory
 from trainer.hindsight.writers import ExternalWriter, OracleWriter
-from trainer.models.backends import request_seed
-from trainer.run.components import Context
+from trainer.models.generation import request_seed
+from trainer.run.components import Components, make_writer
 from trainer.stages.sft import demo_trajectory, sft, writer_example
 
 
-def skill_sft(ctx: Context, progress=None) -> dict[str, float]:
+def skill_sft(ctx: Components, progress=None) -> dict[str, float]:
     """SEED Stage 1: annotate base-policy rollouts with a strong writer, keep valid pairs,
     fine-tune trajectory -> skill."""
     st, cfg = ctx.cfg.stages.skill_sft, ctx.cfg
@@ -48,7 +48,7 @@ WRITER_PANEL_SIZE = 64
 WRITER_PANEL_EPSILON = 0.3  # demonstrator mistakes, so that about half the episodes fail
 
 
-def writer_panel(ctx: Context, size: int = WRITER_PANEL_SIZE) -> list[Trajectory]:
+def writer_panel(ctx: Components, size: int = WRITER_PANEL_SIZE) -> list[Trajectory]:
     """A fixed panel of ``size`` trajectories for measuring a writer: the demonstrator with
     mistakes on the first tasks of the env's first evaluation split (same every run)."""
     env = ctx.make_env()
@@ -57,14 +57,11 @@ def writer_panel(ctx: Context, size: int = WRITER_PANEL_SIZE) -> list[Trajectory
     return [demo_trajectory(ctx, run_episode(env, task, act)) for task in env.panel(split)[:size]]
 
 
-def writer_validity(ctx: Context, size: int = WRITER_PANEL_SIZE) -> dict[str, float]:
+def writer_validity(ctx: Components, size: int = WRITER_PANEL_SIZE) -> dict[str, float]:
     """How often the policy's own hindsight output is usable on :func:`writer_panel`:
     ``writer/panel_valid_rate`` (parses, names a real turn, non-empty skill, boundary included),
     ``writer/invalid_rate`` (its complement) and ``writer/panel_boundary_agreement`` (valid
     outputs on failed episodes whose error turn is the true first unrecovered error)."""
-    from envs.base import error_turn
-    from trainer.run.components import make_writer
-
     trajectories = writer_panel(ctx, size)
     hindsights = make_writer(ctx, "self").write(trajectories, seed=request_seed("writer-panel", ctx.cfg.seed))
     valid = [h.valid and h.boundary_valid for h in hindsights]

@@ -15,18 +15,17 @@ from pathlib import Path
 
 import envs
 from envs.base import demo_policy, run_episode
+from envs.oracle import Oracle
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
-from trainer.run.components import Context, env_factory
+from trainer.run.components import Components, build_components, env_factory
 from trainer.stages.sft import demo_trajectory, sft, writer_example
 
 
-def warm_start(ctx: Context, progress=None) -> dict[str, float]:
+def warm_start(ctx: Components, progress=None) -> dict[str, float]:
     """Behaviour cloning on expert demonstrations (see module docstring)."""
-    from envs.oracle import OracleWriter as EnvOracle
-
     ws, cfg = ctx.cfg.stages.warm_start, ctx.cfg
     rng = random.Random(f"warm:{cfg.seed}")
-    env, oracle = ctx.make_env(), EnvOracle(ctx.make_env)
+    env, oracle = ctx.make_env(), Oracle(ctx.make_env)
     act = demo_policy(ws.expert_epsilon, seed=f"warm:{cfg.seed}")
     tasks = rng.sample(ctx.train_tasks, min(ws.episodes, len(ctx.train_tasks)))
     examples = []
@@ -66,7 +65,7 @@ def load_cached_warm_start(path: Path | None) -> str | None:
     return str(path / "model") if path is not None and (path / "COMPLETE").exists() else None
 
 
-def save_warm_start(ctx: Context, path: Path, metrics: dict[str, float]) -> None:
+def save_warm_start(ctx: Components, path: Path, metrics: dict[str, float]) -> None:
     """Write the warm-started model atomically (a temp dir renamed into place)."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -151,15 +150,13 @@ def check_bundle(cfg: RunConfig, path: Path) -> dict:
     return meta
 
 
-def train_warm_start(cfg: RunConfig, progress=None) -> tuple[Context, dict[str, float]]:
+def train_warm_start(cfg: RunConfig, progress=None) -> tuple[Components, dict[str, float]]:
     """Build the run's context from its backbone and behaviour-clone the demonstrator."""
-    from trainer.run.components import build_context
-
-    ctx = build_context(cfg)
+    ctx = build_components(cfg)
     return ctx, warm_start(ctx, progress)
 
 
-def save_bundle(ctx: Context, out: Path, metrics: dict[str, float], evaluation: dict[str, float]) -> Path:
+def save_bundle(ctx: Components, out: Path, metrics: dict[str, float], evaluation: dict[str, float]) -> Path:
     """Write a warm-start checkpoint: weights, tokenizer and :data:`BUNDLE_META`."""
     if out.exists():
         shutil.rmtree(out)

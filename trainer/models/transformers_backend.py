@@ -1,0 +1,233 @@
+"""Sampling with the live transformers model: left padding, a KV cache kept across the turns of
+a rollout (prefix reuse), per-row stopping, and one random generator per request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from trainer.models.generation import (
+    STOP_STRINGS,
+    Generation,
+    GenerationBackend,
+    left_pad,
+    prepare_request,
+    sample_next,
+)
+from trainer.models.precision import autocast
+from trainer.models.vision import is_vision_model, vision_inputs, vision_token_ids
+
+
+class TransformersBackend(GenerationBackend):
+    """Batched sampling with the live transformers model: left padding, a KV cache, and
+    per-row stopping on stop strings or stop tokens.  Deterministic on CPU for a seed
+    (all randomness comes from one ``torch.Generator``).  ``max_batch`` caps the rows in
+    one forward pass; longer prompt lists are processed in chunks.  A vision-language model
+    gets M-RoPE positions and, with ``vision`` (its :class:`~trainer.vision.VisionCodec`),
+    the prompts' images at the prefill; prompts with images are prefilled afresh every call
+    (no prefix reuse), and the vision tokens are never sampled (a sampled ``<|image_pad|>``
+    would stand for an image that does not exist when the response is scored)."""
+
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 64,
+        vision=None,
+    ):
+        self.model, self.tokenizer, self.max_batch = model, tokenizer, max_batch
+        self.vision = vision
+        self._banned = sorted(vision_token_ids(tokenizer)) if is_vision_model(model) else []
+        params = inspect.signature(model.forward).parameters
+        # The KV-cache kwarg is `past_key_values` in transformers 5.17 and `cache` in 5.24+.
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        # Only the last position's logits are sampled from: without this the prefill of a
+        # turn materialises [B, P, V] logits (about 6 GB in bf16 for 32 prompts of 600
+        # tokens with Qwen2.5's 152k vocabulary).
+        self._keep_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self._reusing = False
+        self._kept: _KeptCache | None = None
+        self.reused_tokens = 0  # prompt tokens served from a kept cache (for benchmarks)
+
+    @contextlib.contextmanager
+    def reuse_prefixes(self) -> Iterator[None]:
+        """Keep each call's KV cache until the next call of the block: a turn's prompt in
+        ``full`` context is the previous prompt, its response and the new observation, so
+        only those new tokens are encoded (prefill is quadratic in the prompt length).
+        Prompts that do not all extend a kept row fall back to a fresh prefill."""
+        self._reusing, self._kept = True, None
+        try:
+            yield
+        finally:
+            self._reusing, self._kept = False, None
+
+    def sync_weights(self, model: PreTrainedModel) -> None:
+        self.model = model
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts,
+        *,
+        max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        stop_strings=STOP_STRINGS,
+        stop_token_ids=None,
+        seeds=None,
+        images=None,
+    ) -> list[Generation]:
+        request = prepare_request(self.tokenizer, prompts, max_new_tokens, temperature, top_p, stop_token_ids,
+                           seeds, images)
+        device = self.model.device
+        generators = None
+        if any(s is not None for s in request.seeds):
+            if any(s is None for s in request.seeds):
+                raise ValueError("seeds: give every prompt a seed or none")
+            generators = [torch.Generator(device=device).manual_seed(s) for s in request.seeds]
+        # A kept cache covers one chunk: a call split into chunks is prefilled afresh.
+        keep = self._reusing and len(prompts) <= self.max_batch and not any(request.images)
+        if not keep:
+            self._kept = None
+        out: list[Generation] = []
+        for start in range(0, len(prompts), self.max_batch):
+            rows = slice(start, start + self.max_batch)
+            pictures = [i for row in request.images[rows] for i in row]
+            out += self._generate_chunk(
+                prompts[rows], max_new_tokens, temperature, top_p, tuple(stop_strings), set(request.stops),
+                None if generators is None else generators[rows], keep, pictures,
+            )
+        return out
+
+    def _generate_chunk(
+        self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generators, keep,
+        images=(),
+    ):
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with autocast(self.model):
+                rows = self._decode_loop(
+                    prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generators, keep,
+                    images,
+                )
+        finally:
+            self.model.train(was_training)
+        return [Generation(ids, self.tokenizer.decode(ids), done, tuple(lps)) for ids, lps, done in rows]
+
+    def _decode_loop(
+        self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generators, keep,
+        images=(),
+    ):
+        """Token-by-token decoding; returns [(token_ids, logprobs, finished)] per prompt.
+
+        ``mask`` marks, per row, the cache positions that hold the row's own sequence (its
+        prompt and its sampled tokens); positions fed after a row stopped are masked out, so
+        that the cache can be kept for the next turn (``keep``, :meth:`reuse_prefixes`).
+        ``generators``: one per row (their draws never depend on the other rows).
+        ``images``: those of every prompt's placeholders, prompt by prompt."""
+        device = self.model.device
+        start = self._resume(prompts) if keep else None
+        extra = {}  # a vision model's pixel values, fed with the prefill only
+        if start is None:
+            ids, mask = left_pad(prompts, self.tokenizer.pad_token_id, device)  # [B, P]
+            cache = DynamicCache(config=self.model.config)
+            start = _KeptCache(cache, mask, [list(p) for p in prompts])
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+            if is_vision_model(self.model):  # M-RoPE: [3, B, P]
+                extra, positions = vision_inputs(self.model, ids, mask, images, self.vision)
+            step_ids = ids
+        else:
+            step_ids, positions = start.pending_ids, start.pending_positions  # [B, S]
+        cache, mask, seqs = start.cache, start.mask, start.sequences
+        tokens: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        done = [False] * len(prompts)
+        nxt, fed = None, []  # last sampled tokens [B]; rows to which they belong
+        for _ in range(max_new_tokens):
+            if nxt is not None:
+                step_ids = nxt.unsqueeze(-1)  # [B, 1]
+                positions = positions[..., -1:] + 1  # [B, 1] ([3, B, 1] for M-RoPE)
+                extra = {}
+                column = torch.tensor(fed, dtype=mask.dtype, device=device).unsqueeze(-1)  # [B, 1]
+                mask = torch.cat([mask, column], dim=-1)  # [B, L+1]
+                for row in (r for r, own in enumerate(fed) if own):
+                    seqs[row].append(tokens[row][-1])
+            logits = self.model(
+                input_ids=step_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **{self._cache_kw: cache},
+                **self._keep_kw,
+                **extra,
+            ).logits[:, -1, :]  # [B, V]
+            if self._banned:
+                logits[:, self._banned] = float("-inf")
+            nxt, nxt_logp = sample_next(logits, temperature, top_p, generators)  # [B], [B]
+            fed = [not d for d in done]
+            for row, (tok, lp) in enumerate(zip(nxt.tolist(), nxt_logp.tolist())):
+                if not done[row]:
+                    tokens[row].append(tok)
+                    logprobs[row].append(lp)
+                    done[row] = tok in stops or self._hit_stop_string(tokens[row], stop_strings)
+            if all(done):
+                break
+        if keep:
+            self._kept = _KeptCache(cache, mask, seqs)
+        return list(zip(tokens, logprobs, done))
+
+    def _resume(self, prompts) -> _KeptCache | None:
+        """The kept cache narrowed to the rows that ``prompts`` extend (in order), with the
+        new tokens of each prompt as the pending block; None when some prompt extends none."""
+        kept, self._kept = self._kept, None
+        if kept is None:
+            return None
+        rows, j = [], 0
+        for prompt in prompts:
+            while j < len(kept.sequences) and not _extends(prompt, kept.sequences[j]):
+                j += 1
+            if j == len(kept.sequences):
+                return None
+            rows.append(j)
+            j += 1
+        device = self.model.device
+        news = [list(p[len(kept.sequences[j]):]) for p, j in zip(prompts, rows)]
+        ids, block = left_pad(news, self.tokenizer.pad_token_id, device)  # [B, S]
+        positions = torch.zeros_like(ids)
+        for b, (new, j) in enumerate(zip(news, rows)):
+            first = len(kept.sequences[j])
+            positions[b, ids.shape[1] - len(new):] = torch.arange(first, first + len(new))
+        index = torch.tensor(rows, device=device)
+        kept.cache.reorder_cache(index)
+        self.reused_tokens += sum(len(kept.sequences[j]) for j in rows)
+        return _KeptCache(kept.cache, torch.cat([kept.mask[index], block], dim=-1),
+                          [list(p) for p in prompts], ids, positions)
+
+    def _hit_stop_string(self, tokens: list[int], stop_strings: tuple[str, ...]) -> bool:
+        """Whether the newest token completed a stop string (checks only the tail)."""
+        if not stop_strings:
+            return False
+        longest = max(len(s) for s in stop_strings)
+        tail = self.tokenizer.decode(tokens[-longest:])
+        previous = self.tokenizer.decode(tokens[-longest:-1]) if len(tokens) > 1 else ""
+        return any(s in tail and s not in previous for s in stop_strings)
+
+
+@dataclass
+class _KeptCache:
+    """A KV cache and, per row, its mask [B, L] (1 = the row's own token) and the token ids
+    those positions hold; ``pending_*`` [B, S]: tokens to feed before sampling."""
+
+    cache: DynamicCache
+    mask: torch.Tensor
+    sequences: list[list[int]]
+    pending_ids: torch.Tensor | None = None
+    pending_positions: torch.Tensor | None = None
+
+
+def _extends(prompt: Sequence[int], prefix: list[int]) -> bool:
+    return len(prompt) > len(prefix) and list(prompt[: len(prefix)]) == prefix
