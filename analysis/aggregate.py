@@ -12,6 +12,9 @@ score); a method's scores form, per task, an array over its seeds. Every interva
 * Performance profile: for each threshold tau, the fraction of (seed, task) scores above
   tau, averaged over tasks first (each task weighs the same, as rliable's
   ``create_performance_profile`` with ``use_score_distribution=True``).
+
+:func:`row_aggregates` computes all three for every row of a report's tables (a variant of
+the prepared run frame), per backbone.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis.stats import _check_boot, _finite, _percentile_interval, iqm_ci
+from analysis.diagnostics import Skipped
+from analysis.stats import check_bootstrap, finite, iqm_ci, percentile_interval
 
 Tasks = Mapping[str, np.ndarray]  # task -> scores over seeds
+TAUS = tuple(np.round(np.linspace(0.0, 1.0, 41), 3))  # performance-profile thresholds
 
 
 def task_scores(runs: pd.DataFrame, row: str, tasks: Sequence[str], *,
@@ -34,7 +39,7 @@ def task_scores(runs: pd.DataFrame, row: str, tasks: Sequence[str], *,
     per_seed = runs.groupby([row, seed], sort=True)[list(tasks)].mean()
     out: dict[str, dict[str, np.ndarray]] = {}
     for key, part in per_seed.groupby(level=0, sort=False):
-        scores = {t: _finite(part[t].to_numpy(float)) for t in tasks}
+        scores = {t: finite(part[t].to_numpy(float)) for t in tasks}
         out[key] = {t: x for t, x in scores.items() if x.size}
     return out
 
@@ -47,7 +52,7 @@ def probability_of_improvement(x: Tasks, y: Tasks, *, n_boot: int = 2000,
     E.g. x = {"a": [1, 2]}, y = {"a": [0, 2]}: pairs (1,0) > , (1,2) <, (2,0) >, (2,2) =
     -> (1 + 0 + 1 + 0.5) / 4 = 0.625. Returns NaNs when no task is shared.
     """
-    _check_boot(n_boot, confidence)
+    check_bootstrap(n_boot, confidence)
     shared = [t for t in x if t in y and len(x[t]) and len(y[t])]
     if not shared:
         return math.nan, math.nan, math.nan
@@ -61,7 +66,7 @@ def probability_of_improvement(x: Tasks, y: Tasks, *, n_boot: int = 2000,
         xa = a[rng.integers(0, a.size, size=(n_boot, a.size))]  # [n_boot, n_x]
         yb = b[rng.integers(0, b.size, size=(n_boot, b.size))]  # [n_boot, n_y]
         boot += _mann_whitney_rows(xa, yb)
-    return (point, *_percentile_interval(boot / len(shared), confidence))
+    return (point, *percentile_interval(boot / len(shared), confidence))
 
 
 def _mann_whitney_rows(xa: np.ndarray, yb: np.ndarray) -> np.ndarray:
@@ -97,7 +102,7 @@ def performance_profile(tasks: Tasks, taus: Sequence[float], *, n_boot: int = 20
                         confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """Fraction of scores above each tau (mean over tasks of the per-task fraction) with a
     stratified bootstrap band. Columns: tau, fraction, low, high."""
-    _check_boot(n_boot, confidence)
+    check_bootstrap(n_boot, confidence)
     taus = np.asarray(taus, dtype=float)
     arrays = [np.asarray(v, float) for v in tasks.values() if len(v)]
     if not arrays:
@@ -127,3 +132,34 @@ def aggregates(scores: Mapping[str, Tasks], baseline: str | None, *, n_boot: int
         rows.append((key, len(tasks), point, low, high, *poi))
     return pd.DataFrame(rows, columns=["row", "n_tasks", "iqm", "iqm_low", "iqm_high",
                                        "p_improve", "p_improve_low", "p_improve_high"])
+
+
+def row_aggregates(runs: pd.DataFrame, tasks: Sequence[str], *, baseline: str = "grpo",
+                   n_boot: int = 2000, seed: int = 0
+                   ) -> tuple[pd.DataFrame, pd.DataFrame] | Skipped:
+    """Per backbone, across the ``tasks`` columns of the prepared run frame (every env and
+    dataset column of the tables): each table row's (``variant``'s) IQM and P(improvement
+    over the ``baseline`` method's row, when it has one), and its performance profile over
+    TAUS. Returns (aggregates: backbone, method, variant, n_tasks, iqm..., p_improve...;
+    profiles: backbone, method, variant, tau, fraction, low, high)."""
+    name = "aggregates"
+    if not tasks or "variant" not in runs.columns:
+        return Skipped(name, "runs have no evaluation metric")
+    if runs.groupby("backbone")["variant"].nunique().max() < 2:
+        return Skipped(name, "a single table row per backbone; nothing to aggregate against")
+    methods = runs.drop_duplicates("variant").set_index("variant")["method"]
+    agg, prof = [], []
+    for backbone, part in runs.groupby("backbone", sort=True):
+        scores = task_scores(part, "variant", list(tasks))
+        bases = [v for v in scores if methods[v] == baseline]
+        frame = aggregates(scores, bases[0] if len(bases) == 1 else None, n_boot=n_boot,
+                           seed=seed)
+        agg.append(frame.rename(columns={"row": "variant"}).assign(backbone=backbone))
+        for variant, per_task in scores.items():
+            p = performance_profile(per_task, TAUS, n_boot=n_boot, seed=seed)
+            prof.append(p.assign(backbone=backbone, variant=variant))
+    agg_frame = pd.concat(agg, ignore_index=True)
+    prof_frame = pd.concat(prof, ignore_index=True)
+    for frame in (agg_frame, prof_frame):
+        frame["method"] = frame["variant"].map(methods)
+    return agg_frame, prof_frame

@@ -3,7 +3,9 @@ steps and generated tokens (sample efficiency), with intervals over seeds. Pure 
 
 Inputs are the loader's metric histories (``run_id, key, step, value``) and a run frame
 with one row per run carrying ``seed`` and the grouping columns (a report passes
-:func:`reports.layouts.prepare_runs`, so a curve is one cell: env, backbone, variant).
+:func:`reports.prepared.prepare_runs`, so a curve is one cell: env, backbone, variant).
+:func:`training_bands` gives the training curves of a report (the histories joined with
+those columns), :func:`metric_curves` its evaluation curves; ``reports.figures`` draws both.
 
 Budget axes (per run, cumulative over training steps 1..t, from what the trainer logs):
 
@@ -26,13 +28,17 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.stats import mean_ci
+from analysis.diagnostics import Skipped
+from analysis.stats import bootstrap_ci, mean_ci
 
 BUDGET_KEYS = ("train/episode_length", "perf/tokens_per_s", "time/rollout_s")
 BUDGET_PARAMS = ("rollout.group_size", "rollout.tasks_per_step")
 AXES = ("step", "env_steps", "tokens")
 BAND_COLUMNS = ("n", "mean", "low", "high")
 RATE_LIMITS = (0.0, 1.0)  # the range of a success rate
+TRAINING_KEYS = ("train/success", "train/episode_length", "train/entropy")
+HISTORY_COLUMNS = ("run_id", "method", "key", "step", "value")
+TRAINING_BY = ("backbone", "env_label", "method", "variant")
 
 
 def rate_limits(key: str) -> tuple[float, float] | None:
@@ -83,6 +89,67 @@ def bands(frame: pd.DataFrame, by: Sequence[str], *, value: str = "value",
         rows.append((*group, int(finite.size), float(finite.mean()) if finite.size else np.nan,
                      low, high, *(float(part[e].mean()) for e in extra)))
     return pd.DataFrame(rows, columns=[*keys, *BAND_COLUMNS, *extra])
+
+
+def training_bands(histories: pd.DataFrame | None,
+                   keys: Sequence[str] = TRAINING_KEYS) -> pd.DataFrame | Skipped:
+    """Training curves of every table row: per (backbone, env_label, method, variant, key,
+    step) the :func:`bands` over seeds of each history key in ``keys`` (Student t interval),
+    a success rate's clipped to [0, 1] (:func:`rate_limits`), and ``n_seeds``, the seeds of the row
+    that logged the key at any step.
+
+    ``histories``: long frame ``run_id, method, key, step, value``, optionally ``env`` /
+    ``env_label``, ``backbone``, ``variant`` and ``seed`` (a report joins them from the
+    prepared runs; without them: env_label = env or "all envs", backbone "", variant = the
+    method and each run one seed). A Skipped says what is missing.
+    Returns ``by..., key, step, n, mean, low, high, n_seeds`` (by = TRAINING_BY).
+    """
+    name = "training_curves"
+    if histories is None:
+        return Skipped(name, "its input frame was not given")
+    if len(histories) == 0:
+        return Skipped(name, "no rows in the input frame")
+    lacking = [c for c in HISTORY_COLUMNS if c not in histories.columns]
+    if lacking:
+        return Skipped(name, f"input lacks columns {lacking}")
+    data = _with_row_columns(histories[histories["key"].isin(keys)])
+    if data.empty:
+        return Skipped(name, f"histories have none of the keys {list(keys)}")
+    by = list(TRAINING_BY)
+    parts = [bands(part, by, limits=rate_limits(key)).assign(key=key)
+             for key, part in data.groupby("key", sort=True)]
+    seeds = data.groupby([*by, "key"], dropna=False)["seed"].nunique().rename("n_seeds")
+    out = pd.concat(parts, ignore_index=True).merge(seeds, left_on=[*by, "key"],
+                                                    right_index=True)
+    return out[[*by, "key", "step", *BAND_COLUMNS, "n_seeds"]]
+
+
+def _with_row_columns(histories: pd.DataFrame) -> pd.DataFrame:
+    """``histories`` with the columns of a table row, defaulted when not joined."""
+    data = histories.copy()
+    if "env_label" not in data.columns:
+        data["env_label"] = data["env"] if "env" in data.columns else "all envs"
+    if "backbone" not in data.columns:
+        data["backbone"] = ""
+    if "seed" not in data.columns:
+        data["seed"] = data["run_id"]
+    if "variant" not in data.columns:
+        data["variant"] = data["method"]
+    return data
+
+
+def run_bands(histories: pd.DataFrame, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per (method, key, step): n runs, mean over runs and the 95% percentile bootstrap CI
+    of the mean (:func:`analysis.stats.bootstrap_ci`; NaN band where fewer than 2 runs
+    logged the step). Every run counts as one sample, whatever its seed."""
+    rows = []
+    for (method, key, step), group in histories.groupby(["method", "key", "step"], sort=True):
+        values = group["value"].to_numpy(float)
+        low, high = bootstrap_ci(values, n_boot=n_boot, seed=seed)
+        finite = np.isfinite(values)
+        rows.append((method, key, step, int(finite.sum()),
+                     float(values[finite].mean()) if finite.any() else np.nan, low, high))
+    return pd.DataFrame(rows, columns=["method", "key", "step", "n", "mean", "low", "high"])
 
 
 def metric_curves(histories: pd.DataFrame, runs: pd.DataFrame, keys_of: pd.Series, *,

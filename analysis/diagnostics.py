@@ -23,13 +23,13 @@ import pandas as pd
 from scipy import stats as sps
 from scipy.special import expit
 
+from analysis.ranks import cluster_spearman_ci, spearman
 from analysis.stats import bootstrap_ci, mean_std
 
 REGIONS = ("prefix", "error", "suffix")
 POLARITIES = ("delta_pos", "delta_neg")
 PHASES = ("rollout", "write", "score", "teacher", "reference", "update", "eval")
 _RUN_KEY = "run_id"
-_BOOT_CELLS = 2_000_000  # bootstrap rows x turns processed at once
 
 
 @dataclass(frozen=True)
@@ -281,98 +281,11 @@ def regional_alignment(records: pd.DataFrame, *, n_boot: int = 1000, confidence:
             sub = part.dropna(subset=[polarity, "step_adv"])
             codes = sub.groupby(cluster, sort=True).ngroup().to_numpy()
             x, y = sub[polarity].to_numpy(float), sub["step_adv"].to_numpy(float)
-            low, high = _cluster_spearman_ci(x, y, codes, n_boot, confidence, seed)
+            low, high = cluster_spearman_ci(x, y, codes, n_boot, confidence, seed)
             rows.append((region, polarity, len(sub), len(np.unique(codes)),
-                         _spearman(x, y), low, high))
+                         spearman(x, y), low, high))
     return pd.DataFrame(rows, columns=["region", "polarity", "n_turns", "n_traj", "rho",
                                        "ci_low", "ci_high"])
-
-
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman rho = Pearson correlation of average ranks; NaN if n < 3 or constant."""
-    if x.size < 3:
-        return math.nan
-    rx, ry = sps.rankdata(x), sps.rankdata(y)
-    if rx.std() == 0 or ry.std() == 0:
-        return math.nan
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def _cluster_spearman_ci(x, y, codes, n_boot, confidence, seed) -> tuple[float, float]:
-    """Percentile CI of Spearman rho, resampling clusters (trajectories) with replacement.
-
-    ``x``, ``y``: [n_turns]; ``codes``: [n_turns] cluster index 0..C-1. A resample is
-    represented by multiplicities: W[b, i] = how often turn i's cluster was drawn in
-    resample b, so rho of the expanded resample is a weighted rank correlation computed for
-    all resamples at once. Undefined resamples are ignored; NaN with fewer than 2 clusters.
-    """
-    n_clusters = int(codes.max()) + 1 if codes.size else 0
-    if n_clusters < 2:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    pick = rng.integers(0, n_clusters, size=(n_boot, n_clusters))  # [B, C]
-    chunk = max(1, _BOOT_CELLS // max(codes.size, n_clusters))  # bound memory to ~[chunk, n]
-    rhos = np.concatenate([_resample_rhos(x, y, codes, pick[b:b + chunk])
-                           for b in range(0, n_boot, chunk)])
-    rhos = rhos[np.isfinite(rhos)]
-    if rhos.size == 0:
-        return math.nan, math.nan
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(rhos, [tail, 1.0 - tail])
-    return float(low), float(high)
-
-
-def _resample_rhos(x, y, codes, pick) -> np.ndarray:
-    """Spearman rho of each cluster resample; ``pick``: [b, C] drawn cluster indices."""
-    n_rows, n_clusters = pick.shape
-    flat = (pick + n_clusters * np.arange(n_rows)[:, None]).ravel()
-    counts = np.bincount(flat, minlength=n_rows * n_clusters).reshape(n_rows, n_clusters)
-    return _weighted_spearman(x, y, counts[:, codes].astype(float))  # weights [b, n_turns]
-
-
-def _value_weights(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per distinct value of ``x`` (ascending), its total weight in each row.
-
-    ``x``: [n]; ``weights``: [B, n]. Returns ``per_value`` [B, U] and ``inverse`` [n] (the
-    index of x[i] among the U distinct values). One sort and one ``reduceat`` over the
-    columns grouped by value (no ``np.add.at``, which is slow on [B, n])."""
-    values, inverse = np.unique(x, return_inverse=True)  # [U], [n]
-    order = np.argsort(inverse, kind="stable")
-    starts = np.searchsorted(inverse[order], np.arange(values.size))  # every value occurs
-    return np.add.reduceat(weights[:, order], starts, axis=1), inverse
-
-
-def _weighted_ranks(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Average ranks (1-based, ties averaged) of x inside each row's expanded sample.
-
-    ``x``: [n]; ``weights``: [B, n] non-negative integer multiplicities. Returns [B, n]:
-    the rank each value would get in the sample that repeats x[i] weights[b, i] times.
-    """
-    per_value, inverse = _value_weights(x, weights)  # [B, U]
-    below = np.cumsum(per_value, axis=1) - per_value  # weight strictly below each value
-    return (below + (per_value + 1.0) / 2.0)[:, inverse]  # [B, n]
-
-
-def _weighted_spearman(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Spearman rho of each row's expanded sample; [B]; NaN when a side is constant.
-
-    In a sample of N values the average ranks have mean (N + 1) / 2 and sum of squared
-    deviations (N^3 - N - sum_ties (t^3 - t)) / 12 (t: the size of a group of equal values),
-    so only the cross term sum_i w_i rx_i ry_i needs a pass over [B, n]."""
-    total = weights.sum(axis=1)  # [B] = N
-    half = (total + 1.0) / 2.0
-    ranks, ties = [], []
-    for v in (x, y):
-        per_value, inverse = _value_weights(v, weights)  # [B, U]
-        below = np.cumsum(per_value, axis=1) - per_value
-        ranks.append((below + (per_value + 1.0) / 2.0)[:, inverse])  # [B, n]
-        ties.append((per_value ** 3 - per_value).sum(axis=1))
-    cov = ((weights * ranks[0]) * ranks[1]).sum(axis=1) - total * half * half
-    cube = total ** 3 - total
-    var = ((cube - ties[0]) / 12.0) * ((cube - ties[1]) / 12.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rho = cov / np.sqrt(var)
-    return np.where((var > 1e-12) & (total >= 3), rho, np.nan)
 
 
 # ---------------------------------------------------------------- value alignment
@@ -407,7 +320,7 @@ def value_alignment(records: pd.DataFrame, *,
         c = centred.loc[group.index[repeated.loc[group.index]]]
         within = float(np.mean(c["gate_mean"] * c["return"])) if len(c) else math.nan
         rows.append((*_as_tuple(keys), len(group), float(g.mean()), cov,
-                     cov / g.mean() if g.mean() > 0 else math.nan, _spearman(g, q), within))
+                     cov / g.mean() if g.mean() > 0 else math.nan, spearman(g, q), within))
     return pd.DataFrame(rows, columns=[*by, "n_turns", "gate_mean", "cov", "gain",
                                        "spearman", "cov_within_state"])
 

@@ -239,7 +239,7 @@ def _sqlite_path(tracking_uri: str) -> str | None:
     """The database file of a ``sqlite:///`` tracking URI, else None."""
     if not tracking_uri.startswith("sqlite:"):
         return None
-    from sqlalchemy.engine import make_url
+    from sqlalchemy.engine import make_url  # deferred: heavy, and only sqlite URIs need it
 
     return make_url(tracking_uri).database
 

@@ -10,7 +10,7 @@ search (``search:``, every trial a new point). Reports treat them as researchers
   computed by Optuna's own fANOVA evaluator on the cell means.
 
 The params of a method are the numeric config params that differ between its cells
-(:func:`reports.layouts.add_variants` names them in ``variant_params``); the OPD params
+(:func:`reports.prepared.add_variants` names them in ``variant_params``); the OPD params
 (beta_opd, lambda_opd, suffix_weight) are dropped for a method whose resolved
 ``algo.lambda_opd`` is 0 in every run (GRPO and other OPD-free methods do not use them), so
 no method is plotted against a param it ignores. Pure pandas/numpy (Optuna only for the
@@ -19,7 +19,6 @@ importances).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -69,7 +68,7 @@ def sensitivities(runs: pd.DataFrame, metric: str, *, ci: str = "t",
     if metric not in runs.columns or runs[metric].isna().all():
         return Skipped(name, f"runs have no {metric!r} values (no evaluation metric logged)")
     if "variant_params" not in runs.columns:
-        return Skipped(name, "runs are not prepared (reports.layouts.prepare_runs)")
+        return Skipped(name, "runs are not prepared (reports.prepared.prepare_runs)")
     out = []
     for method in runs["method"].drop_duplicates():
         params = swept_params(runs, method)
@@ -111,6 +110,7 @@ def importances(s: Sensitivity, *, higher_is_better: bool = True,
     name = f"importance[{s.method}]"
     if len(s.params) < 2:
         return Skipped(name, f"{s.method} varies one param ({s.params[0]}); nothing to rank")
+    # deferred: Optuna is heavy and optional (a GPU image may lack it); only this needs it
     import optuna
     from optuna.distributions import FloatDistribution
     from optuna.trial import create_trial
@@ -151,9 +151,3 @@ def _distribution(values: pd.Series, cls):
     if low == high:
         high = low + 1.0
     return cls(low, high, log=bool(low > 0 and high / low >= 10.0))
-
-
-def log_scale(values: Sequence[float]) -> bool:
-    """Whether an axis over ``values`` reads better logarithmic (all > 0, span >= 10x)."""
-    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    return bool(x.size and (x > 0).all() and x.max() / x.min() >= 10.0)

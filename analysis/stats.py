@@ -47,7 +47,7 @@ SUMMARY_COLUMNS = ("n", "mean", "std", "ci_low", "ci_high", "n_paired", "diff_vs
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
     """Mean and sample std (ddof=1) of the finite values; std is NaN for fewer than 2."""
-    x = _finite(values)
+    x = finite(values)
     if x.size == 0:
         return math.nan, math.nan
     return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else math.nan
@@ -62,13 +62,13 @@ def bootstrap_ci(values: Sequence[float], *, n_boot: int = 2000, confidence: flo
     ``(1+confidence)/2`` quantiles of the resampled means. ``n < 2`` gives ``(nan, nan)``:
     one seed carries no information about spread, and we do not pretend it does.
     """
-    x = _finite(values)
-    _check_boot(n_boot, confidence)
+    x = finite(values)
+    check_bootstrap(n_boot, confidence)
     if x.size < 2:
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)  # [n_boot]
-    return _percentile_interval(means, confidence)
+    return percentile_interval(means, confidence)
 
 
 def t_ci(values: Sequence[float], *, confidence: float = 0.95) -> tuple[float, float]:
@@ -78,8 +78,8 @@ def t_ci(values: Sequence[float], *, confidence: float = 0.95) -> tuple[float, f
     n (n = 2: +- 12.7 s / sqrt 2). ``n < 2`` gives ``(nan, nan)``; zero spread gives a
     zero-width interval at the mean.
     """
-    _check_boot(1, confidence)
-    x = _finite(values)
+    check_bootstrap(1, confidence)
+    x = finite(values)
     if x.size < 2:
         return math.nan, math.nan
     mean, half = float(x.mean()), 0.0
@@ -107,7 +107,7 @@ def iqm(values: Sequence[float] | np.ndarray) -> float:
     Same definition as rliable (``scipy.stats.trim_mean(x, 0.25)`` on the flattened scores),
     so IQM([1..8]) = mean(3, 4, 5, 6) = 4.5.
     """
-    x = _finite(np.ravel(np.asarray(values, dtype=float)))
+    x = finite(np.ravel(np.asarray(values, dtype=float)))
     return float(sps.trim_mean(x, 0.25)) if x.size else math.nan
 
 
@@ -121,8 +121,8 @@ def iqm_ci(scores_per_task: Sequence[Sequence[float]], *, n_boot: int = 2000,
     replacement, and takes the IQM of the pooled resample. Returns ``(iqm, low, high)``;
     the interval is NaN when no task has 2 or more runs.
     """
-    _check_boot(n_boot, confidence)
-    tasks = [_finite(t) for t in scores_per_task]
+    check_bootstrap(n_boot, confidence)
+    tasks = [finite(t) for t in scores_per_task]
     tasks = [t for t in tasks if t.size]
     if not tasks:
         return math.nan, math.nan, math.nan
@@ -133,7 +133,7 @@ def iqm_ci(scores_per_task: Sequence[Sequence[float]], *, n_boot: int = 2000,
     draws = [t[rng.integers(0, t.size, size=(n_boot, t.size))] for t in tasks]  # [n_boot, n_t]
     pooled = np.concatenate(draws, axis=1)  # [n_boot, sum n_t]
     boot = sps.trim_mean(pooled, 0.25, axis=1)  # [n_boot]
-    return (point, *_percentile_interval(boot, confidence))
+    return (point, *percentile_interval(boot, confidence))
 
 
 @dataclass(frozen=True)
@@ -232,25 +232,31 @@ def summarize(frame: pd.DataFrame, by: Sequence[str], metric: str, *,
     return out[[*by, *SUMMARY_COLUMNS]]
 
 
-# ---------------------------------------------------------------- helpers
+# ---------------------------------------------------------------- interval helpers
 
 
-def _finite(values) -> np.ndarray:
+def finite(values) -> np.ndarray:
+    """The finite entries of ``values``, flattened to a float array."""
     x = np.asarray(values, dtype=float).ravel()
     return x[np.isfinite(x)]
 
 
-def _check_boot(n_boot: int, confidence: float) -> None:
+def check_bootstrap(n_boot: int, confidence: float) -> None:
+    """Raise ValueError unless ``n_boot`` >= 1 and 0 < ``confidence`` < 1."""
     if n_boot < 1:
         raise ValueError(f"n_boot={n_boot!r} must be a positive integer")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence={confidence!r} must lie strictly between 0 and 1")
 
 
-def _percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+def percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The central ``confidence`` interval of bootstrap ``samples`` (their quantiles)."""
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(samples, [tail, 1.0 - tail])
     return float(low), float(high)
+
+
+# ---------------------------------------------------------------- helpers
 
 
 def _t_p(d: np.ndarray) -> float:
@@ -374,7 +380,7 @@ def per_cell(frame: pd.DataFrame, by: Sequence[str], columns: Sequence[str], *,
     rows = []
     for keys, part in per_seed.groupby(level=list(range(len(by))), sort=True):
         for column in columns:
-            x = _finite(part[column].to_numpy(float))
+            x = finite(part[column].to_numpy(float))
             if x.size == 0:
                 continue
             mean, std = mean_std(x)

@@ -2,11 +2,12 @@
 review Eq. 8), writer staleness (Eq. 14) and compute cost, one row per table row of the
 paper tables (a cell: method and its swept params), statistics over seeds.
 
-The analysis functions (:mod:`analysis.diagnostics`) compute per run; :func:`cell_frames`
-brings their per-run results onto cells with :func:`analysis.stats.per_cell` (mean, std and
-the t interval over seeds), and :func:`diagnostic_table` turns that long frame into a
-:class:`reports.tables.Table` (rendered to Markdown, LaTeX and JSON like the paper tables;
-no bold, no markers: nothing is ranked here).
+The analysis functions (:mod:`analysis.diagnostics`) compute per run and
+:mod:`analysis.cells` brings their results onto cells (mean, std and the t interval over
+seeds); :func:`diagnostic_table` turns that long frame into a :class:`reports.tables.Table`
+(rendered to Markdown, LaTeX and JSON like the paper tables; no bold, no markers: nothing is
+ranked here). The sensitivity, aggregate and recovery tables take their analysis frames
+likewise.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis import diagnostics
+from analysis.cells import CELL_KEYS
 from analysis.diagnostics import PHASES, Skipped
-from analysis.stats import CI_METHODS, per_cell
-from reports.layouts import table_metrics, variant_label
+from analysis.stats import CI_METHODS
+from reports.envs import FAMILY_ORDER
+from reports.prepared import PARAM_SYMBOLS, format_value, param_symbol
+from reports.style import method_rank, variant_label
 from reports.tables import Cell, Column, Row, Section, Table
-
-CELL_KEYS = ("backbone", "env_label", "method", "variant")
-TRAIN_SPLIT = "train"  # the writer writes on training batches only
 
 
 @dataclass(frozen=True)
@@ -79,24 +79,10 @@ GAIN = DiagnosticSpec(
     "seeds; rose: how many of the seeds ended above their first evaluation.")
 
 
-def gain_cells(runs: pd.DataFrame, histories: pd.DataFrame, keys_of: pd.Series,
-               ci: str = "t") -> pd.DataFrame | Skipped:
-    """Per-cell statistics of :func:`analysis.curves.eval_gain` (the GAIN table)."""
-    from analysis.curves import eval_gain
-
-    gain = eval_gain(histories, keys_of)
-    if gain.empty:
-        return Skipped(GAIN.name, "no run was evaluated both at step 0 and after RL steps "
-                                  "(set eval.every)")
-    return _cells(gain, runs, [c.key for c in GAIN.columns], ci)
-
-
 def gain_lines(cells: pd.DataFrame | Skipped) -> list[str]:
     """One sentence per table row: the gain over the warm start with its interval and n."""
     if isinstance(cells, Skipped):
         return [f"- not measured: {cells.reason}"]
-    from reports.figures import method_rank
-
     lines = []
     keys = [c for c in CELL_KEYS if c in cells.columns]
 
@@ -130,101 +116,12 @@ def cost_spec(phases: Sequence[str]) -> DiagnosticSpec:
         "Seconds each run spent in a phase, summed over its steps (time/<phase>_s).")
 
 
-def _cells(per_run: pd.DataFrame, runs: pd.DataFrame, columns: Sequence[str],
-           ci: str) -> pd.DataFrame:
-    keys = [c for c in CELL_KEYS if c in runs.columns]
-    data = per_run.merge(runs[["run_id", "seed", *keys]], on="run_id")
-    return per_cell(data, keys, list(columns), ci=ci)
-
-
-def cell_frames(runs: pd.DataFrame, records: pd.DataFrame | None,
-                ci: str = "t") -> dict[str, pd.DataFrame | Skipped]:
-    """Spec name -> long per-cell frame (or the Skipped that says what is missing)."""
-    out: dict[str, pd.DataFrame | Skipped] = {}
-    train = None
-    if records is not None and not records.empty and "split" in records.columns:
-        train = records[records["split"] == TRAIN_SPLIT]
-    writer = diagnostics.writer_reliability(train, by=("run_id",)) if train is not None \
-        else Skipped(WRITER.name, "no per-turn training records were given")
-    if isinstance(writer, Skipped):
-        out[WRITER.name] = Skipped(WRITER.name, writer.reason)
-    else:
-        if "writer/invalid_rate/mean" in runs.columns:
-            valid = 1.0 - runs.set_index("run_id")["writer/invalid_rate/mean"]
-            writer = writer.assign(validity=writer["run_id"].map(valid))
-        cols = [c.key for c in WRITER.columns if c.key in writer.columns]
-        # A run without a writer records no boundary (-1 on every turn): its rates would read
-        # 0.0 for a writer it does not have; its row reads -- instead.
-        none = set(runs.loc[_without_writer(runs), "run_id"])
-        has = _cells(writer[~writer["run_id"].isin(none)], runs, cols, ci)
-        out[WRITER.name] = pd.concat([has, _empty_cells(runs[runs["run_id"].isin(none)
-                                                             & runs["run_id"].isin(writer["run_id"])],
-                                                        cols[0])], ignore_index=True)
-    align = diagnostics.value_alignment(train, by=("run_id",)) if train is not None \
-        else Skipped(ALIGNMENT.name, "no per-turn training records were given")
-    out[ALIGNMENT.name] = align if isinstance(align, Skipped) else _cells(
-        align, runs, [c.key for c in ALIGNMENT.columns], ci)
-    out[STALENESS.name] = _staleness(runs, train, ci)
-    out["family_breakdown"] = family_frame(runs, records, ci)
-    out["compute_cost"] = _cost(runs, ci)
-    return out
-
-
-def _without_writer(runs: pd.DataFrame) -> pd.Series:
-    """Per run: it has no writer (resolved ``writer.kind`` none; without that param, its
-    method's own writer, tag ``method_writer``)."""
-    for column in ("writer.kind", "method_writer"):
-        if column in runs.columns:
-            return runs[column].astype(str) == "none"
-    return pd.Series(False, index=runs.index)
-
-
-def _empty_cells(runs: pd.DataFrame, column: str) -> pd.DataFrame:
-    """A row per cell of ``runs`` with no value (n = 0, NaN statistics): the cell gets a row
-    of MISSING in :func:`diagnostic_table`."""
-    keys = [c for c in CELL_KEYS if c in runs.columns]
-    cells = runs[keys].drop_duplicates()
-    return cells.assign(column=column, n=0, mean=np.nan, std=np.nan, ci_low=np.nan,
-                        ci_high=np.nan).reset_index(drop=True)
-
-
-def _staleness(runs, train, ci) -> pd.DataFrame | Skipped:
-    if train is None:
-        return Skipped(STALENESS.name, "no per-turn training records were given")
-    # the prepared runs' table-metric columns ("household.success") look like config params
-    # (dotted) to the pairing but differ between any two runs: pair on the config alone
-    metrics = {m.key for m in table_metrics(runs)}
-    result = diagnostics.staleness(runs.drop(columns=[c for c in runs.columns if c in metrics]),
-                                   train)
-    if isinstance(result, Skipped):
-        return result
-    keys = [c for c in CELL_KEYS if c in runs.columns]
-    per_run = result.groupby("run_id", as_index=False)[["gate_discrepancy", "bound"]].mean()
-    cols = ["run_id", "seed", *(k for k in keys if k != "seed")]
-    per_run = per_run.merge(runs[cols], on="run_id")  # the stale run's cell and seed
-    if per_run.empty:
-        return Skipped(STALENESS.name, "stale runs could not be matched to their cells")
-    return per_cell(per_run, keys, ["gate_discrepancy", "bound"], ci=ci)
-
-
-def _cost(runs, ci) -> pd.DataFrame | Skipped:
-    cols = [f"time/{p}_s/sum" for p in PHASES if f"time/{p}_s/sum" in runs.columns]
-    if not cols:
-        return Skipped("compute_cost", "runs carry no time/<phase>_s metrics")
-    data = runs.assign(total_s=runs[cols].fillna(0.0).sum(axis=1))
-    data[cols] = data[cols].fillna(0.0)
-    keys = [c for c in CELL_KEYS if c in runs.columns]
-    return per_cell(data, keys, [*cols, "total_s"], ci=ci)
-
-
 def diagnostic_table(spec: DiagnosticSpec, cells: pd.DataFrame | Skipped,
                      ci: str = "t") -> Table | Skipped:
     """Rows: table rows in table order, one section per (env, backbone); columns: the
     spec's columns with data."""
     if isinstance(cells, Skipped):
         return cells
-    from reports.figures import method_rank
-
     columns = tuple(c for c in spec.columns if c.key in set(cells["column"]))
     if not columns:
         return Skipped(spec.name, "no value column has data")
@@ -264,14 +161,11 @@ def specs(cells: dict) -> dict[str, DiagnosticSpec]:
 # ---------------------------------------------------------------- sensitivity
 
 
-def best_table(s, k: int = 5, ci: str = "t") -> Table:
+def best_table(s, best: pd.DataFrame, k: int = 5, ci: str = "t") -> Table:
     """The best ``k`` cells of a sensitivity study per (env, backbone), with their params
-    and the 95% interval over seeds (cells read ``mean [low, high]``)."""
-    from analysis.sensitivity import best_cells
-    from reports.layouts import PARAM_SYMBOLS, format_value
-
-    best = best_cells(s, k)
-    heads = tuple(PARAM_SYMBOLS.get(p, p.rpartition(".")[2]) for p in s.params)
+    and the 95% interval over seeds (cells read ``mean [low, high]``); ``best``:
+    :func:`analysis.sensitivity.best_cells` of the study with that ``k``."""
+    heads = tuple(param_symbol(p) for p in s.params)
     column = Column("final_success", "", "success")
     sections = []
     for (backbone, env), part in best.groupby(["backbone", "env_label"], sort=True):
@@ -291,8 +185,6 @@ def best_table(s, k: int = 5, ci: str = "t") -> Table:
 
 def importance_table(s, frame: pd.DataFrame) -> Table:
     """Param importances (Optuna fANOVA on the cell means), one section per env/backbone."""
-    from reports.layouts import PARAM_SYMBOLS
-
     column = Column("importance", "", "importance", scale=1.0, decimals=2)
     labels = dict(zip(s.cells["env_key"], s.cells["env_label"]))
     sections = []
@@ -312,46 +204,8 @@ def importance_table(s, frame: pd.DataFrame) -> Table:
 
 # ---------------------------------------------------------------- aggregates (rliable)
 
-TAUS = tuple(np.round(np.linspace(0.0, 1.0, 41), 3))
-
-
-def aggregate_frames(runs: pd.DataFrame, *, baseline: str = "grpo", n_boot: int = 2000,
-                     seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame] | Skipped:
-    """Per backbone, across every env and dataset column (the tasks): each table row's IQM
-    and P(improvement over the baseline row), and its performance profile over TAUS.
-    Returns (aggregates: backbone, method, variant, n_tasks, iqm..., p_improve...;
-    profiles: backbone, method, variant, tau, fraction, low, high)."""
-    from analysis.aggregate import aggregates, performance_profile, task_scores
-    from reports.layouts import table_metrics
-
-    name = "aggregates"
-    metrics = [m.key for m in table_metrics(runs) if m.role != "avg"]
-    if not metrics or "variant" not in runs.columns:
-        return Skipped(name, "runs have no evaluation metric")
-    if runs.groupby("backbone")["variant"].nunique().max() < 2:
-        return Skipped(name, "a single table row per backbone; nothing to aggregate against")
-    methods = runs.drop_duplicates("variant").set_index("variant")["method"]
-    agg, prof = [], []
-    for backbone, part in runs.groupby("backbone", sort=True):
-        scores = task_scores(part, "variant", metrics)
-        bases = [v for v in scores if methods[v] == baseline]
-        frame = aggregates(scores, bases[0] if len(bases) == 1 else None, n_boot=n_boot,
-                           seed=seed)
-        agg.append(frame.rename(columns={"row": "variant"}).assign(backbone=backbone))
-        for variant, tasks in scores.items():
-            p = performance_profile(tasks, TAUS, n_boot=n_boot, seed=seed)
-            prof.append(p.assign(backbone=backbone, variant=variant))
-    agg_frame = pd.concat(agg, ignore_index=True)
-    prof_frame = pd.concat(prof, ignore_index=True)
-    for frame in (agg_frame, prof_frame):
-        frame["method"] = frame["variant"].map(methods)
-    return agg_frame, prof_frame
-
-
 def aggregate_table(frame: pd.DataFrame, baseline: str = "grpo") -> Table:
     """IQM and P(improvement over the baseline) per table row, a section per backbone."""
-    from reports.figures import method_rank
-
     iqm = Column("iqm", "Across tasks", "IQM")
     poi = Column("p_improve", "Across tasks", f"P(> {variant_label(baseline, baseline)})",
                  scale=1.0, decimals=2)
@@ -383,46 +237,7 @@ def aggregate_table(frame: pd.DataFrame, baseline: str = "grpo") -> Table:
 # ---------------------------------------------------------------- per-family breakdown
 
 
-def family_frame(runs: pd.DataFrame, records: pd.DataFrame | None,
-                 ci: str = "t") -> pd.DataFrame | Skipped:
-    """SEED's per-family table (Pick / Look / Clean / Heat / Cool / Pick2) for household-kind
-    envs: per run, the success rate of each family's tasks in the last evaluation of the
-    env's eval split (a ``family`` column in the records wins over the task id), then the
-    statistics over seeds per cell."""
-    from reports.envs import FAMILY_ORDER, env_info, eval_split, task_family
-
-    name = "family_breakdown"
-    if records is None or records.empty or not {"split", "task_id", "traj"} <= set(records):
-        return Skipped(name, "no per-turn evaluation records were given")
-    per_run = []
-    # Records are split by run once (not filtered per run: that scanned every record for
-    # each of a study's runs); runs without records contribute nothing.
-    by_run = dict(tuple(records.groupby("run_id", sort=False)))
-    for _, run in runs[runs["run_id"].isin(list(by_run))].iterrows():
-        info = env_info(run["env"])
-        if info.kind != "household":
-            continue
-        split = eval_split(info, [c for c in runs.columns if pd.notna(run.get(c))])
-        rec = by_run[run["run_id"]]
-        rec = rec[rec["split"] == split]
-        if rec.empty:
-            continue
-        rec = rec[rec["step"] == rec["step"].max()].drop_duplicates("traj")
-        family = rec["family"] if "family" in rec.columns else \
-            rec["task_id"].map(lambda t, env=run["env"]: task_family(env, t))
-        rates = rec.assign(family=family).groupby("family")["success"].mean()
-        per_run.append({"run_id": run["run_id"], **rates.to_dict(),
-                        "All": float(rec["success"].mean())})
-    if not per_run:
-        return Skipped(name, "no household-kind run has evaluation records")
-    frame = pd.DataFrame(per_run)
-    cols = [c for c in (*FAMILY_ORDER, "All") if c in frame.columns]
-    return _cells(frame, runs, cols, ci)
-
-
 def family_spec() -> DiagnosticSpec:
-    from reports.envs import FAMILY_ORDER
-
     return DiagnosticSpec(
         "family_breakdown", "Success by task family (SEED per-family table; %)",
         tuple(Column(f, "Family", f) for f in FAMILY_ORDER) + (Column("All", "", "All"),),

@@ -1,38 +1,27 @@
 """The report builder: every table and figure a study's frames allow, and an ``index.md``.
 
-:class:`ReportInputs` holds what the report is drawn from: the loader's run frame, one summary
-per table layout, metric histories, diagnostics results and an optional CSV of externally
-reported numbers. :meth:`ReportInputs.from_frames` computes the summaries and diagnostics
-(through :mod:`analysis`) from the loader's frames; :func:`build_report` only renders. Logging
-the written files on the study's parent run is the caller's job (sweeps / CLI).
+:func:`build_report` renders a :class:`~reports.inputs.ReportInputs` (the frames
+:meth:`ReportInputs.from_frames` computed through :mod:`analysis`) into tables, figures,
+``index.md`` and ``index.html``. Logging the written files on the study's parent run is the
+caller's job (sweeps / CLI).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from analysis import diagnostics
 from analysis.diagnostics import Skipped
-from analysis.sensitivity import importances, sensitivities
 from analysis.stats import FEW_SEEDS, MIN_PAIRED
 from reports import diagnostic_tables, figures
 from reports.html import write_html
-from reports.layouts import (
-    FINAL_SUCCESS,
-    LAYOUTS,
-    METHOD_LABELS,
-    prepare_runs,
-    success_metrics,
-    summarize_layout,
-    table_metrics,
-    variant_label,
-)
+from reports.inputs import BEST_K, COST_BASELINE, ReportInputs
+from reports.layouts import LAYOUTS
+from reports.style import method_labels, variant_label
 from reports.tables import (
     Provenance,
     Table,
@@ -44,173 +33,7 @@ from reports.tables import (
     write_table,
 )
 
-GATE_DELTAS = tuple(np.round(np.linspace(-1.0, 1.0, 81), 3))
-DEFAULT_BETAS = (1.0, 5.0, 10.0, 20.0)
-COST_BASELINE = "grpo"
 MAX_RUN_ROWS = 200  # run list rows in index.md (every run id is in the table sidecars)
-
-
-@dataclass(frozen=True)
-class ReportInputs:
-    """Frames a report is drawn from.
-
-    ``runs``: the FINISHED runs of :func:`analysis.loader.load_runs` (their
-    :func:`reports.layouts.prepare_runs` form once :meth:`from_frames` made it).
-    ``summaries``: layout name -> :func:`reports.layouts.summarize_layout` result. ``histories``: ``run_id, method, key,
-    step, value`` (optionally ``env``). ``diagnostics``: figure name (see FIGURES) -> the analysis frame it draws,
-    or a Skipped. ``external_csv``: reported results (see :func:`reports.tables.read_reported`).
-    """
-
-    runs: pd.DataFrame
-    summaries: Mapping[str, pd.DataFrame | Skipped]
-    histories: pd.DataFrame | None = None
-    diagnostics: Mapping[str, pd.DataFrame | Skipped] = field(default_factory=dict)
-    external_csv: Path | None = None
-    # Every trial run of the study, FAILED and unfinished ones included (counted in the
-    # index), the number of (cell, seed) trials the study defines (None: unknown), the
-    # MLflow UI address run ids link to, and the table cell format ("std" or "ci").
-    all_runs: pd.DataFrame | None = None
-    expected: int | None = None
-    ui_url: str | None = None
-    cell_format: str = "std"
-    # Diagnostic table name -> per-cell long frame (reports.diagnostic_tables.cell_frames).
-    diagnostic_cells: Mapping[str, pd.DataFrame | Skipped] = field(default_factory=dict)
-    ci: str = "t"
-    # analysis.sensitivity.sensitivities(...) of the final success, or why there is none.
-    sensitivity: list | Skipped | None = None
-    n_boot: int = 2000
-
-    @classmethod
-    def from_frames(cls, runs: pd.DataFrame, *, histories: pd.DataFrame | None = None,
-                    records: pd.DataFrame | None = None, external_csv: str | Path | None = None,
-                    expected: int | None = None, ui_url: str | None = None,
-                    cell_format: str = "std", ci: str = "t", search: bool = False,
-                    n_boot: int = 2000, seed: int = 0) -> ReportInputs:
-        """Summaries for every layout and the figure diagnostics, from the loader's frames.
-
-        ``runs`` may hold runs of any status: statistics use the FINISHED ones, the index
-        counts the others. ``histories`` may lack ``method`` and ``env`` (joined from
-        ``runs``); ``records`` are the per-turn records (for regional alignment, computed
-        per method). ``ci`` names the interval of the table cells (analysis.stats.CI_METHODS).
-        """
-        all_runs = runs
-        if "status" in runs.columns:
-            runs = runs[runs["status"] == "FINISHED"]
-        runs = prepare_runs(runs)
-        summaries = {name: summarize_layout(runs, layout, ci=ci, n_boot=n_boot, seed=seed)
-                     for name, layout in LAYOUTS.items()}
-        diags = _diagnostics(runs, records, n_boot, seed)
-        cells = diagnostic_tables.cell_frames(runs, records, ci)
-        cells[diagnostic_tables.GAIN.name] = Skipped(diagnostic_tables.GAIN.name,
-                                                     "no metric histories were loaded")
-        if histories is not None:
-            join = ["run_id", *(c for c in HISTORY_JOIN
-                                if c in runs.columns and c not in histories.columns)]
-            histories = histories.merge(runs[join], on="run_id", how="inner")
-            diags["evaluation_curves"] = evaluation_curves(runs, histories, ci)
-            cells[diagnostic_tables.GAIN.name] = diagnostic_tables.gain_cells(
-                runs, histories, eval_success_keys(runs), ci)
-        return cls(runs, summaries, histories, diags,
-                   Path(external_csv) if external_csv is not None else None,
-                   all_runs, expected, ui_url, cell_format, cells, ci,
-                   sensitivities(runs, FINAL_SUCCESS, ci=ci, search=search), n_boot)
-
-    def figure_frames(self) -> dict[str, pd.DataFrame | Skipped | None]:
-        """Figure name -> the frame it draws (None when not given)."""
-        return {"training_curves": self.histories, **self.diagnostics}
-
-
-HISTORY_JOIN = ("method", "env", "env_label", "backbone", "variant", "seed")
-
-
-def eval_keys(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
-    """env key -> the ``eval/<split>/success`` history keys behind its final success
-    (one split; every dataset of a QA env, averaged per step)."""
-    metrics = {m.key: m for m in table_metrics(runs)}
-    return {env: metrics[key].source for env, key in success_metrics(list(metrics.values())).items()}
-
-
-def eval_success_keys(runs: pd.DataFrame) -> pd.Series:
-    """run_id -> the history keys of its evaluation success (:func:`eval_keys`)."""
-    return runs.set_index("run_id")["env_key"].map(eval_keys(runs)).dropna()
-
-
-def evaluation_curves(runs: pd.DataFrame, histories: pd.DataFrame,
-                      ci: str = "t") -> pd.DataFrame | Skipped:
-    """Evaluation success curves per table row (analysis.curves.metric_curves), intervals
-    clipped to a success rate's [0, 1]."""
-    from analysis.curves import RATE_LIMITS, metric_curves
-
-    keys_of = eval_success_keys(runs)
-    if keys_of.empty:
-        return Skipped("evaluation_curves", "runs log no evaluation success metric")
-    by = ["backbone", "env_label", "method", "variant"]
-    curves = metric_curves(histories[["run_id", "key", "step", "value"]], runs, keys_of,
-                           by=by, ci=ci, limits=RATE_LIMITS)
-    if curves.empty:
-        return Skipped("evaluation_curves", "no evaluation history was logged (eval.every = 0 "
-                                            "and a single final evaluation has no curve)")
-    curves["label"] = [variant_label(m, v) for m, v in zip(curves["method"], curves["variant"])]
-    if curves.groupby(by)["step"].nunique().max() < 2:
-        return Skipped("evaluation_curves", "each run has a single evaluation step")
-    return curves
-
-
-def _diagnostics(runs, records, n_boot, seed) -> dict[str, pd.DataFrame | Skipped]:
-    return {
-        "gate_curves": _gates(runs, records, n_boot, seed),
-        "regional_alignment": _alignment_by_method(runs, records, seed),
-        "compute_cost": _cost_by_row(runs),
-    }
-
-
-BETA = "algo.beta_opd"
-
-
-def _gates(runs, records, n_boot, seed) -> diagnostics.GateFrames:
-    """The gate figure's frames: the measured gate by region per table row (records joined
-    to runs), final success against beta_opd for the OPD methods that vary it, and the
-    formula at the study's betas."""
-    opd = runs[runs["algo.lambda_opd"].fillna(0) > 0] if "algo.lambda_opd" in runs else runs
-    betas = sorted(opd[BETA].dropna().unique()) if BETA in opd else []
-    formula = diagnostics.gate_table(GATE_DELTAS, betas or DEFAULT_BETAS)
-    if records is None or records.empty or "run_id" not in records.columns:
-        by_region = Skipped("gate_by_region", "no per-turn records were given")
-    else:
-        joined = records.merge(runs[["run_id", "method", "variant"]], on="run_id", how="inner")
-        by_region = diagnostics.gate_by_region(joined, by=("method", "variant"))
-    swept = opd[opd.groupby("method")[BETA].transform("nunique") > 1] if BETA in opd else opd.iloc[:0]
-    vs_beta = (diagnostics.gate_sensitivity(swept, FINAL_SUCCESS, param=BETA,
-                                            by=("method", "env_label"), n_boot=n_boot, seed=seed)
-               if len(swept) else Skipped(f"gate_sensitivity[{BETA}]", "no OPD method varies β"))
-    if not isinstance(vs_beta, Skipped):
-        vs_beta = vs_beta.rename(columns={"env_label": "env"})
-    return diagnostics.GateFrames(by_region, vs_beta, formula)
-
-
-def _cost_by_row(runs: pd.DataFrame) -> pd.DataFrame | Skipped:
-    """Compute cost per table row (variant); the baseline is GRPO's row when it has one."""
-    rows = runs.assign(method=runs["variant"]) if "variant" in runs.columns else runs
-    grpo = sorted(set(rows.loc[runs["method"] == COST_BASELINE, "method"]))
-    return diagnostics.compute_cost(rows, baseline=grpo[0] if len(grpo) == 1 else COST_BASELINE)
-
-
-def _alignment_by_method(runs, records, seed) -> pd.DataFrame | Skipped:
-    """Regional alignment per method (records joined to runs on run_id), rows concatenated."""
-    name = "regional_alignment"
-    if records is None or records.empty or "run_id" not in records.columns:
-        return Skipped(name, "no per-turn records were given")
-    joined = records.merge(runs[["run_id", "method"]], on="run_id", how="inner")
-    parts, reasons = [], []
-    for method, part in joined.groupby("method", sort=True):
-        result = diagnostics.regional_alignment(part.drop(columns="method"), seed=seed)
-        if isinstance(result, Skipped):
-            reasons.append(f"{method}: {result.reason}")
-        else:
-            parts.append(result.assign(method=method))
-    if not parts:
-        return Skipped(name, "; ".join(reasons) or "records match no run")
-    return pd.concat(parts, ignore_index=True)
 
 
 # Figure name -> drawing function; its input is ReportInputs.figure_frames()[name].
@@ -245,7 +68,7 @@ def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git
             skipped.append(table)
             continue
         if reported is not None:
-            table = merge_reported(table, reported, {**METHOD_LABELS, **layout.labels})
+            table = merge_reported(table, reported, method_labels(layout.labels))
         table = replace(table, cell_format=inputs.cell_format)
         tables[f"table {name}"] = table
         written[f"table {name}"] = write_table(table, out / "tables" / name, provenance)
@@ -285,8 +108,8 @@ def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git
 
 def _aggregates(inputs, out, provenance, written, tables, skipped) -> None:
     """rliable aggregates across tasks: IQM / P(improvement) table, performance profiles."""
-    result = diagnostic_tables.aggregate_frames(inputs.runs, baseline=COST_BASELINE,
-                                                n_boot=inputs.n_boot)
+    result = Skipped("aggregates", "not computed") if inputs.aggregates is None \
+        else inputs.aggregates
     if isinstance(result, Skipped):
         skipped.append(result)
         return
@@ -315,11 +138,16 @@ def _sensitivity(inputs, out, provenance, written, tables, skipped) -> None:
             skipped.append(result)
         else:
             written[f"figure {name}"] = result
-        best = diagnostic_tables.best_table(s, ci=inputs.ci)
-        tables[f"table {best.name}"] = best
-        written[f"table {best.name}"] = write_table(best, out / "tables" / best.name, provenance)
+        if s.method in inputs.best_cells:
+            best = diagnostic_tables.best_table(s, inputs.best_cells[s.method], BEST_K, inputs.ci)
+            tables[f"table {best.name}"] = best
+            written[f"table {best.name}"] = write_table(best, out / "tables" / best.name,
+                                                        provenance)
+        else:
+            skipped.append(Skipped(f"sensitivity_{s.method}_best", "not computed"))
         if s.kind == "search" or len(s.params) > 1:
-            frame = importances(s)
+            frame = inputs.importances.get(s.method, Skipped(f"importance[{s.method}]",
+                                                             "not computed"))
             if isinstance(frame, Skipped):
                 skipped.append(frame)
                 continue

@@ -1,24 +1,14 @@
-"""Paper-table layouts: pure functions from a layout summary frame to a :class:`Table`.
+"""Paper-table layouts: which rows and columns each paper table has, and the pure functions
+from its summary frame to a :class:`Table`.
 
 Each :class:`Layout` names the methods it shows, the baseline its markers compare against,
 the *roles* of its columns (``success``, ``score``, ``datasets``, ``avg``; the env registry
-:mod:`reports.envs` turns roles into the columns of the envs a study ran: "ALFWorld Succ.",
-"WebShop Score", one column per QA dataset) and a ``build(summary) -> Table | Skipped``
-function. The summary is the long frame of :func:`summarize_layout` (computed on the
-layout's own runs, so that the Holm family and "not worse than the best" refer to the rows
-the table shows):
-
-    env, backbone, variant, method, <label params>, metric, n, mean, std, ci_low, ci_high,
-    n_paired, diff_vs_baseline, p_vs_baseline, p_holm, significant, p_vs_best,
-    not_worse_than_best, run_ids
-
-**A row is a configuration.** ``variant`` is one cell: the method plus the values of every
-config param that differs between the method's cells within an (env, backbone)
-(``"seed (β=2.39, λ=0.0196)"``, ``"seed (refresh_every=0)"``); runs are grouped by their
-``cell_id`` (the hash of the whole resolved config except the seed), so distinct configs are
-never pooled, and ``n`` is the number of seeds. ``env`` in the summary is the env key of
-:func:`reports.envs.env_key` (the env name plus its level). ``metric`` is a
-:class:`Metric` key ``<env key>.<role or dataset>``.
+:mod:`reports.envs` turns roles into the columns of the envs a study ran) and a
+``build(summary) -> Table | Skipped`` function. :func:`layout_rows` picks a layout's runs
+(prepared: :mod:`reports.prepared`) and metrics; :func:`analysis.summaries.summarize_rows`
+computes its summary frame (module doc there) on those runs only, so that the Holm family
+and "not worse than the best" refer to the rows the table shows; ``summary["env"]`` is the
+env key and ``summary["metric"]`` a :class:`~reports.prepared.Metric` key.
 
 Layouts (ETRO = etro-paper.md, SEED = seed-review.txt):
 
@@ -44,215 +34,44 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from analysis.diagnostics import Skipped
-from analysis.stats import CI_METHODS, MIN_PAIRED, summarize
-from reports.envs import (
-    ACROSS_ENVS,
-    KIND_ROLES,
-    LEVEL_PARAM,
-    ROLE_LABELS,
-    env_info,
-    env_key,
-    env_sort_key,
-    eval_split,
+from analysis.stats import CI_METHODS, MIN_PAIRED
+from analysis.summaries import SWEEP_PARAMS
+from reports.envs import ACROSS_ENVS, KIND_ROLES, ROLE_LABELS, env_info, env_sort_key
+from reports.prepared import (
+    FINAL_SUCCESS,
+    Metric,
+    format_value,
+    param_symbol,
+    prepare_runs,
+    table_metrics,
 )
+from reports.style import method_label, variant_label
 from reports.tables import Cell, Column, Row, Section, Table, significance_marker
 
-SWEEP_PARAMS = ("algo.suffix_weight", "algo.beta_opd", "algo.lambda_opd")
 IMAGES_PARAM = "env.images"
-PARAM_SYMBOLS = {"algo.suffix_weight": "α", "algo.beta_opd": "β", "algo.lambda_opd": "λ",
-                 "writer.kind": "writer"}
-SUMMARY_KEYS = ("env", "backbone", "variant")
-# Loader columns that identify a run rather than configure it, and config prefixes that
-# never define a cell (trainer.tracking.CELL_EXCLUDE).
-IDENTITY_COLUMNS = ("run_id", "status", "experiment_id", "study", "cell_id", "method", "env", "backbone", "seed",
-                    "algo.method", "env.name", "model.backbone", "method_writer")
-NON_CELL_PREFIXES = ("tracking.", "output.", "stages.warm_start.cache")
-DERIVED_COLUMNS = ("env_key", "env_label", "variant", "variant_params", "final_success")
-METHOD_LABELS = {
-    "grpo": "GRPO", "grpo_opsd": "GRPO+OPSD", "opsd": "OPSD", "skill_sd": "Skill-SD",
-    "rlsd": "RLSD", "sdar": "SDAR", "gated_static": "Gated static skill", "seed": "SEED",
-    "etro": "ETRO",
-    "seed_no_sft": "w/o skill SFT", "seed_no_self_evolving": "w/o self-evolving",
-    "seed_stale": "stale analyzer",
-    "seed_static": "static skill library", "seed_static_oracle": "static oracle library", "skill_grpo": "Skill-GRPO",
-    "skill_grpo_star": "Skill-GRPO*", "skill_prompt": "Skill-Prompt", "vanilla": "Vanilla",
-    "etro_global_positive": "Global Positive", "etro_global_negative": "Global Negative",
-    "etro_global_both": "Global Both", "etro_positive_only": "Positive Only",
-    "etro_negative_only": "Negative Only", "etro_suffix_positive": "Suffix Positive",
-    "etro_suffix_negative": "Suffix Negative", "etro_random_boundary": "Random Boundary",
-    "etro_neg_prefix": "Negative at prefix", "etro_neg_suffix": "Negative at suffix",
-    "opid": "OPID", "icsd": "ICSD",
-}
 ROLES = ("success", "score", "datasets", "avg")
 HEADLINE = ("success", "score", "avg")
-FINAL_SUCCESS = "final_success"
 
 
 @dataclass(frozen=True)
-class Metric:
-    """A table metric: ``key`` (also the reported-CSV header), the env key whose runs carry
-    it, the run-frame ``source`` column(s) (several are averaged per run), its header group
-    (the env's display name) and label, and its ``role``."""
+class LayoutRows:
+    """A layout's share of a study: its prepared runs, its metrics (in table-metric order)
+    and, for a layout with an average column, the metric of that column."""
 
-    key: str
-    env: str
-    source: tuple[str, ...]
-    group: str
-    label: str
-    role: str
-
-    def column(self) -> Column:
-        return Column(self.key, self.group, self.label)
+    data: pd.DataFrame
+    metrics: tuple[Metric, ...]
+    average: Metric | None = None
 
 
-def env_metrics(key: str, info, columns) -> list[Metric]:
-    """The table metrics of one env key, from the registry and the columns logged."""
-    # the level suffix is already in the key: "household-S" -> "Household-S"
-    group = info.display if key == info.name else f"{info.display}-{key[len(info.name) + 1:]}"
-    out = []
-    for role in KIND_ROLES[info.kind]:
-        if role == "datasets":
-            out += [Metric(f"{key}.{d}", key, (f"eval/{d}/success",), group, label, role)
-                    for d, label in info.datasets if f"eval/{d}/success" in columns]
-        elif role == "avg":
-            sources = tuple(f"eval/{d}/success" for d, _ in info.datasets
-                            if f"eval/{d}/success" in columns)
-            if sources:
-                out.append(Metric(f"{key}.avg", key, sources, group, ROLE_LABELS[role], role))
-        else:
-            split = eval_split(info, columns, role)
-            if split is not None:
-                out.append(Metric(f"{key}.{role}", key, (f"eval/{split}/{role}",), group,
-                                  ROLE_LABELS[role], role))
-    return out
-
-
-def table_metrics(runs: pd.DataFrame) -> list[Metric]:
-    """Every table metric the runs' envs (registry order) have logged values for."""
-    keys = _env_keys(runs)
-    out = []
-    for key, name in sorted(set(zip(keys, runs["env"].astype(str))),
-                            key=lambda kn: (env_sort_key(kn[1]), kn[0])):
-        sub = runs.loc[keys == key].dropna(axis=1, how="all")
-        out += env_metrics(key, env_info(name), list(sub.columns))
-    return out
-
-
-def _env_keys(runs: pd.DataFrame) -> pd.Series:
-    levels = runs[LEVEL_PARAM] if LEVEL_PARAM in runs.columns else pd.Series(None, runs.index)
-    return pd.Series([env_key(e, lv) for e, lv in zip(runs["env"], levels)], index=runs.index)
-
-
-def success_metrics(metrics: Sequence[Metric]) -> dict[str, str]:
-    """env key -> the metric that stands for a run's final success (avg for QA envs)."""
-    out: dict[str, str] = {}
-    for m in metrics:
-        if m.role in ("success", "avg") and (m.env not in out or m.role == "avg"):
-            out[m.env] = m.key
-    return out
-
-
-def with_table_metrics(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` plus ``env_key``, ``env_label`` and one column per table metric (NaN on
-    runs of other envs).
-
-    A multi-source metric (``<qa env>.avg``) is the per-run mean over the datasets the run
-    has (the macro average over datasets, as in ETRO Table 1); the per-run value then goes
-    through the seed statistics like any other metric. Column FINAL_SUCCESS holds, per run,
-    its env's success metric (the average for QA envs).
-    """
-    out = runs.copy()
-    out["env_key"] = _env_keys(runs)
-    levels = runs[LEVEL_PARAM] if LEVEL_PARAM in runs.columns else [None] * len(runs)
-    out["env_label"] = [env_info(e).label(lv) for e, lv in zip(runs["env"], levels)]
-    metrics = table_metrics(runs)
-    for m in metrics:
-        values = runs[list(m.source)].mean(axis=1, skipna=True)
-        out[m.key] = np.where(out["env_key"] == m.env, values, np.nan)
-    out[FINAL_SUCCESS] = np.nan
-    for key, metric in success_metrics(metrics).items():
-        out.loc[out["env_key"] == key, FINAL_SUCCESS] = out.loc[out["env_key"] == key, metric]
-    return out
-
-
-def config_columns(runs: pd.DataFrame) -> list[str]:
-    """Param columns that define a cell: every loader param column except identity tags,
-    tracking / output settings, metrics (keys with ``/``) and the report's derived columns."""
-    return [c for c in runs.columns
-            if "/" not in c and c not in IDENTITY_COLUMNS and c not in DERIVED_COLUMNS
-            and not c.startswith(NON_CELL_PREFIXES)]
-
-
-def add_variants(runs: pd.DataFrame, params: Sequence[str] | None = None) -> pd.DataFrame:
-    """``runs`` (index reset) with ``variant`` (one per cell) and ``variant_params``.
-
-    Within each (env key, backbone) the cells of a method are its distinct ``cell_id`` values
-    (or, without that tag, its distinct configs). The params named in a method's variant are
-    those of ``params`` (default: :func:`config_columns`) that take more than one value among
-    the method's runs of some (env key, backbone), in the order they come (never
-    ``env.level``: the level is part of the env key, with columns of its own); ``variant`` is
-    ``"method (sym=value, ...)"`` with values rounded to 3 significant digits, and two cells
-    that still read the same get their cell id appended, so distinct configs never share a
-    row. ``variant_params`` is the tuple of (param, value) pairs in the label. A run whose
-    ``writer.kind`` is not its method's own (tag ``method_writer``: the paper's setting) is
-    always labelled with its writer (``"etro (writer=frozen)"``).
-    """
-    out = runs.reset_index(drop=True)
-    params = config_columns(out) if params is None else [p for p in params if p in out.columns]
-    cell = out["cell_id"].astype(str) if "cell_id" in out.columns else \
-        out[params].astype(str).agg("|".join, axis=1) if params else pd.Series("", out.index)
-    # an env's level is part of its columns (env keys: "household-S"), never of a row label
-    params = [p for p in params if p != LEVEL_PARAM]
-    strata = [(_env_keys(out) if c == "env" else out[c]).rename(c) for c in ("env", "backbone")
-              if c in out.columns]
-    text = out[params].astype(str)
-    counts = text.groupby([out["method"], *strata], sort=False).nunique()
-    swept_of = (counts > 1).groupby(level=0, sort=False).any()  # [methods, params]
-    variant = out["method"].astype(str).tolist()
-    pairs: list[tuple] = [()] * len(out)
-    values = out[params].to_dict("list")
-    swept_by = {m: [p for p, hit in zip(params, row) if hit]
-                for m, row in zip(swept_of.index, swept_of.to_numpy())}
-    own = _non_default_writer(out)
-    for i, method in enumerate(variant):
-        swept = swept_by.get(method, [])
-        if own[i] and "writer.kind" not in swept:
-            swept = [*swept, "writer.kind"]
-        if swept:
-            pairs[i] = tuple((p, values[p][i]) for p in swept)
-            variant[i] = f"{method} ({', '.join(_param_text(p, v) for p, v in pairs[i])})"
-    out["variant"] = variant
-    out["variant_params"] = pd.Series(pairs, index=out.index, dtype=object)
-    per = out.assign(_cell=cell).groupby([*strata, out["variant"]], sort=False)["_cell"]
-    clash = per.transform("nunique") > 1
-    out.loc[clash, "variant"] = [f"{v} [cell {c[:6]}]" for v, c in
-                                 zip(out.loc[clash, "variant"], cell[clash])]
-    return out
-
-
-def prepare_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The loader's run frame with variants (cells) and table metrics: what every layout,
-    figure and diagnostic of a report shares, so rows read the same everywhere."""
-    if "variant" in runs.columns and "env_key" in runs.columns:
-        return runs
-    return with_table_metrics(add_variants(runs))
-
-
-def summarize_layout(runs: pd.DataFrame, layout: Layout, *, alpha: float = 0.05,
-                     ci: str = "t", n_boot: int = 2000, seed: int = 0) -> pd.DataFrame | Skipped:
-    """The layout's summary frame (module doc), from the loader's run frame (or its
-    :func:`prepare_runs` form).
-
-    Restricted to ``layout.methods``; for every table metric with data,
-    :func:`analysis.stats.summarize` by (env, backbone, variant) comparing variants within
-    (env, backbone), paired by seed against the layout's baseline: against its only cell,
-    or, when the baseline itself was swept, against the baseline cell with the same values
-    of the params the baseline varies (rows without a match are not tested).
-    """
+def layout_rows(runs: pd.DataFrame, layout: Layout) -> LayoutRows | Skipped:
+    """The runs and metrics a layout's table summarises, from the loader's run frame (or its
+    :func:`~reports.prepared.prepare_runs` form): the runs of ``layout.methods`` (and
+    ``layout.envs``; only runs that saw images for an ``images`` layout) and the table
+    metrics of ``layout.roles``. Skipped, with the reason, when no method but the baseline
+    (or none) ran."""
     need = [c for c in ("run_id", "env", "backbone", "method", "seed") if c not in runs.columns]
     if need:
         return Skipped(layout.name, f"run frame lacks columns {need}")
@@ -270,96 +89,25 @@ def summarize_layout(runs: pd.DataFrame, layout: Layout, *, alpha: float = 0.05,
     if data.empty or set(data["method"]) == {layout.baseline}:
         return Skipped(layout.name, f"no runs of methods {list(layout.methods)}"
                        + (f" besides the baseline {layout.baseline}" if len(data) else ""))
-    metrics = [m for m in table_metrics(data) if m.role in layout.roles]
-    base = baseline_map(data, layout.baseline)
-    parts = [_summarize_metric(data, m, base, alpha, ci, n_boot, seed) for m in metrics]
-    if layout.average:
-        mean = across_envs(data)
-        metric = Metric(f"{ACROSS_ENVS}.success", ACROSS_ENVS, (FINAL_SUCCESS,), "Avg.", "Succ.", "success")
-        summary = _summarize_metric(mean, metric, base, alpha, ci, n_boot, seed) if len(mean) else None
-        if summary is not None:  # the runs behind each average, one id each
-            summary["run_ids"] = [tuple(sorted(i for ids in row for i in ids.split(",")))
-                                  for row in summary["run_ids"]]
-        parts.append(summary)
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return Skipped(layout.name, f"runs of {sorted(set(data['method']))} (envs "
-                                    f"{sorted(set(data['env']))}) have no evaluation metric "
-                                    f"for the columns {list(layout.roles)}")
-    info = data.groupby("variant", sort=False).first()
-    extra = [p for p in dict.fromkeys([*SWEEP_PARAMS, *(k for ps in data["variant_params"]
-                                                         for k, _ in ps)]) if p in data.columns]
-    info = info[["method", "variant_params", *extra]]
-    return pd.concat(parts, ignore_index=True).merge(info, left_on="variant", right_index=True)
+    metrics = tuple(m for m in table_metrics(data) if m.role in layout.roles)
+    average = Metric(f"{ACROSS_ENVS}.success", ACROSS_ENVS, (FINAL_SUCCESS,), "Avg.", "Succ.",
+                     "success") if layout.average else None
+    return LayoutRows(data, metrics, average)
 
 
-def across_envs(data: pd.DataFrame) -> pd.DataFrame:
-    """One pseudo run per (backbone, variant, seed) that ran on every env key of ``data``:
-    its FINAL_SUCCESS (and the metric column ``average.success``) is the mean over those
-    envs' runs (runs of one seed and env averaged first), ``env`` / ``env_key`` is
-    :data:`ACROSS_ENVS` and ``run_id`` joins the runs it averages.  Empty when fewer than two
-    env keys ran."""
-    keys = sorted(set(data["env_key"]))
-    if len(keys) < 2:
-        return data.iloc[:0]
-    per_env = (data.groupby(["backbone", "variant", "seed", "env_key"], sort=False)
-               .agg(value=(FINAL_SUCCESS, "mean"), run_id=("run_id", lambda s: ",".join(sorted(s))),
-                    method=("method", "first"), variant_params=("variant_params", "first"))
-               .reset_index())
-    per_env = per_env.dropna(subset=["value"])
-    full = per_env.groupby(["backbone", "variant", "seed"])["env_key"].transform("nunique") == len(keys)
-    rows = (per_env[full].groupby(["backbone", "variant", "seed"], sort=False)
-            .agg(value=("value", "mean"), run_id=("run_id", ",".join), method=("method", "first"),
-                 variant_params=("variant_params", "first"))
-            .reset_index())
-    key = f"{ACROSS_ENVS}.success"
-    return rows.assign(env=ACROSS_ENVS, env_key=ACROSS_ENVS, **{FINAL_SUCCESS: rows["value"],
-                                                              key: rows["value"]}).drop(columns="value")
-
-
-def baseline_map(data: pd.DataFrame, baseline: str | None) -> dict[str, str]:
-    """variant -> the baseline variant it is compared with (see :func:`summarize_layout`)."""
-    if baseline is None:
-        return {}
-    first = data.drop_duplicates("variant").set_index("variant")
-    bases = first[first["method"] == baseline]
-    out = {}
-    for variant, row in first[first["method"] != baseline].iterrows():
-        hits = [b for b, brow in bases.iterrows()
-                if all(p in row.index and _same(row[p], v) for p, v in brow["variant_params"])]
-        if len(hits) == 1:
-            out[variant] = hits[0]
-    return out
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, numbers.Real) and isinstance(b, numbers.Real):
-        return (math.isnan(a) and math.isnan(b)) or a == b
-    return str(a) == str(b)
-
-
-def _summarize_metric(data, metric: Metric, base: dict, alpha, ci, n_boot, seed):
-    sub = data[data["env_key"] == metric.env].dropna(subset=[metric.key])
-    if sub.empty:
-        return None
-    sub = sub.drop(columns="env").rename(columns={"env_key": "env"})
-    levels = set(sub["variant"])
-    mapping = {v: b for v, b in base.items() if v in levels and b in levels}
-    out = summarize(sub, list(SUMMARY_KEYS), metric.key, baseline=mapping or None,
-                    compare="variant", alpha=alpha, ci=ci, n_boot=n_boot, seed=seed)
-    ids = sub.groupby(list(SUMMARY_KEYS), sort=False)["run_id"].agg(lambda s: tuple(sorted(s)))
-    out = out.merge(ids.rename("run_ids"), left_on=list(SUMMARY_KEYS), right_index=True)
-    return out.assign(metric=metric.key, metric_group=metric.group, metric_label=metric.label,
-                      metric_role=metric.role, ci_method=ci)
-
-
-# ---------------------------------------------------------------- layouts
+def no_metric(layout: Layout, rows: LayoutRows) -> Skipped:
+    """Why a layout's table is empty when none of its metrics has a value."""
+    data = rows.data
+    return Skipped(layout.name, f"runs of {sorted(set(data['method']))} (envs "
+                                f"{sorted(set(data['env']))}) have no evaluation metric "
+                                f"for the columns {list(layout.roles)}")
 
 
 @dataclass(frozen=True)
 class Layout:
     """A paper table: its methods (row order), marker baseline, column roles (see the
-    module doc), display labels overriding METHOD_LABELS, and ``builder(layout, summary)``."""
+    module doc), display labels overriding the methods' own (:mod:`reports.style`), and
+    ``builder(layout, summary)``."""
 
     name: str
     title: str
@@ -384,9 +132,8 @@ def method_table(layout: Layout, summary: pd.DataFrame) -> Table | Skipped:
     """Rows = the layout's methods (each cell of a swept method on its own row), in
     layout order, grouped into one section per backbone; columns = the layout's roles for
     every env with data. Skipped when none of the methods or metrics is in ``summary``."""
-    labels = {**METHOD_LABELS, **layout.labels}
     return _table(layout, summary, ("Method",),
-                  lambda r: (variant_label(r["method"], r["variant"], labels),),
+                  lambda r: (variant_label(r["method"], r["variant"], layout.labels),),
                   _method_order(layout))
 
 
@@ -450,7 +197,7 @@ def _baseline_text(layout: Layout, data: pd.DataFrame) -> tuple[str | None, tupl
     markers are absent, so a caption never promises markers that are not drawn."""
     if layout.baseline is None:
         return None, ()
-    name = {**METHOD_LABELS, **layout.labels}.get(layout.baseline, layout.baseline)
+    name = method_label(layout.baseline, layout.labels)
     base = data[data["method"] == layout.baseline]
     if base.empty:
         return None, (f"No significance markers: {name} is not in the table.",)
@@ -459,7 +206,7 @@ def _baseline_text(layout: Layout, data: pd.DataFrame) -> tuple[str | None, tupl
                       f"{MIN_PAIRED} or more paired seeds.",)
     swept = sorted({p for ps in base.get("variant_params", pd.Series([()])) for p, _ in ps})
     if swept:
-        name += " at the same " + ", ".join(PARAM_SYMBOLS.get(p, _short(p)) for p in swept)
+        name += " at the same " + ", ".join(param_symbol(p) for p in swept)
     return name, ()
 
 
@@ -494,46 +241,6 @@ def _param_values(row: pd.Series) -> tuple:
                  for _, v in pairs)
 
 
-def variant_label(method: str, variant: str, labels: Mapping[str, str] | None = None) -> str:
-    """Display label of a variant: the method's paper name plus its param text;
-    "SEED (β=1)", and "SEED (full), β=1" when the name has parentheses already."""
-    name = (labels or METHOD_LABELS).get(method, METHOD_LABELS.get(method, method))
-    rest = variant[len(method):].strip()
-    if not rest:
-        return name
-    if "(" in name and rest.startswith("(") and rest.endswith(")"):
-        return f"{name}, {rest[1:-1]}"
-    return f"{name} {rest}"
-
-
-def _non_default_writer(runs: pd.DataFrame) -> list[bool]:
-    """Per row: its writer.kind is known and differs from its method's own writer."""
-    if "writer.kind" not in runs.columns or "method_writer" not in runs.columns:
-        return [False] * len(runs)
-    kind, own = runs["writer.kind"], runs["method_writer"]
-    return (kind.notna() & own.notna() & (own.astype(str) != "")
-            & (kind.astype(str) != own.astype(str))).tolist()
-
-
-def _short(param: str) -> str:
-    return param.rpartition(".")[2]
-
-
-def _param_text(param: str, value) -> str:
-    symbol = PARAM_SYMBOLS.get(param, _short(param))
-    return f"{symbol}={format_value(value)}"
-
-
-def format_value(value) -> str:
-    """A param value as a label shows it: numbers to 3 significant digits (2.38611 ->
-    2.39, 0.0195789 -> 0.0196, 5.0 -> 5), anything else as text."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return str(value)
-    if isinstance(value, float) and math.isnan(value):
-        return "none"
-    return f"{value:.3g}"
-
-
 def alpha_table(layout: Layout, summary: pd.DataFrame) -> Table | Skipped:
     """ETRO Table 4: rows (suffix skill, alpha), with ETRO as the shared alpha = 0 endpoint."""
     param = "algo.suffix_weight"
@@ -546,7 +253,7 @@ def alpha_table(layout: Layout, summary: pd.DataFrame) -> Table | Skipped:
                                     "two or more nonzero algo.suffix_weight values")
     rank = {m: i for i, m in enumerate(layout.methods)}
     return _table(layout, summary, ("Method", "α"),
-                  lambda r: (METHOD_LABELS[r["method"]],
+                  lambda r: (method_label(r["method"]),
                              "0" if r["method"] == "etro" else format_value(r[param])),
                   lambda r: (rank[r["method"]], float(r[param]), str(r["variant"])))
 

@@ -7,7 +7,16 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.curves import RATE_LIMITS, bands, budgets, eval_gain, metric_curves, rate_limits
+from analysis.curves import (
+    RATE_LIMITS,
+    bands,
+    budgets,
+    eval_gain,
+    metric_curves,
+    rate_limits,
+    run_bands,
+    training_bands,
+)
 from analysis.stats import t_ci
 
 
@@ -75,3 +84,32 @@ def test_eval_gain_pairs_the_warm_start_evaluation_with_the_last_one():
     assert (out.loc["a", "first"], out.loc["a", "last"], out.loc["a", "last_step"]) == (0.30, 0.45, 20)
     assert out.loc["a", "gain"] == pytest.approx(0.15) and out.loc["a", "rose"] == 1.0
     assert out.loc["b", "gain"] == pytest.approx(-0.05) and out.loc["b", "rose"] == 0.0
+
+
+def test_run_bands_mean_and_band():
+    hist = pd.DataFrame({"run_id": ["a", "b", "c"], "method": "m", "key": "k", "step": 0,
+                         "value": [0.0, 1.0, 2.0]})
+    band = run_bands(hist, n_boot=500).iloc[0]
+    assert band["n"] == 3 and band["mean"] == pytest.approx(1.0)
+    assert 0.0 <= band["low"] < 1.0 < band["high"] <= 2.0
+
+
+def test_training_bands_per_table_row_over_seeds():
+    """Runs of one seed are averaged, seeds give the t interval, a success rate's is clipped
+    to [0, 1], n_seeds counts the row's seeds; rows default to the method without a variant."""
+    hist = pd.DataFrame({"run_id": ["a", "b", "c", "d", "a", "b"], "method": "m",
+                         "env": "shop", "seed": [0, 0, 1, 2, 0, 0],
+                         "key": ["train/success"] * 4 + ["train/entropy"] * 2,
+                         "step": 1, "value": [0.1, 0.3, 0.5, 0.9, 2.0, 3.0]})
+    out = training_bands(hist).set_index("key")
+    rate = out.loc["train/success"]
+    assert (rate["backbone"], rate["env_label"], rate["variant"]) == ("", "shop", "m")
+    assert rate["n"] == 3 and rate["n_seeds"] == 3
+    assert rate["mean"] == pytest.approx((0.2 + 0.5 + 0.9) / 3)
+    low, high = t_ci([0.2, 0.5, 0.9])
+    assert (rate["low"], rate["high"]) == pytest.approx((max(low, 0.0), min(high, 1.0)))
+    entropy = out.loc["train/entropy"]
+    assert entropy["n"] == 1 and entropy["mean"] == pytest.approx(2.5)
+    assert math.isnan(entropy["low"])
+    assert "train/success" in training_bands(hist.assign(key="x")).reason
+    assert "lacks columns ['method']" in training_bands(hist.drop(columns="method")).reason

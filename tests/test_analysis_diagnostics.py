@@ -222,14 +222,14 @@ def test_compute_cost_phases_and_overhead():
 
 
 def test_weighted_spearman_equals_spearman_of_the_expanded_sample():
-    from analysis.diagnostics import _spearman, _weighted_spearman
+    from analysis.ranks import spearman, weighted_spearman
 
     rng = np.random.default_rng(1)
     x = np.round(rng.normal(size=15), 1)  # rounding creates ties
     y = x + rng.normal(size=15)
     weights = rng.integers(0, 3, size=(20, 15))
-    expected = [_spearman(np.repeat(x, w), np.repeat(y, w)) for w in weights]
-    np.testing.assert_allclose(_weighted_spearman(x, y, weights.astype(float)), expected)
+    expected = [spearman(np.repeat(x, w), np.repeat(y, w)) for w in weights]
+    np.testing.assert_allclose(weighted_spearman(x, y, weights.astype(float)), expected)
 
 
 def test_staleness_pairs_by_cell_and_refresh_not_by_method_name():

@@ -7,10 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.cells import family_cells
 from analysis.stats import t_ci
 from reports import diagnostic_tables as dt
+from reports.envs import FAMILY_ORDER, task_family
 from reports.index import ReportInputs, build_report
-from reports.layouts import prepare_runs
+from reports.inputs import cell_frames, family_panels
+from reports.prepared import prepare_runs
 
 
 def _runs():
@@ -50,7 +53,7 @@ def _records(runs):
 
 def test_cell_frames_rows_are_cells_with_seed_statistics():
     runs = prepare_runs(_runs())
-    cells = dt.cell_frames(runs, _records(runs))
+    cells = cell_frames(runs, _records(runs))
     writer = cells["writer_reliability"].set_index(["variant", "column"])
     # eval-split records are left out: accepted on 2 of 3 seeds -> mean 2/3 over seeds
     row = writer.loc[("seed (refresh_every=1)", "boundary_acceptance")]
@@ -72,7 +75,7 @@ def test_staleness_pairs_runs_whose_results_differ():
     between any two runs; the stale and refreshed runs still pair on their config."""
     runs = _runs()
     runs["eval/eval_unseen/success"] += np.where(runs["writer.refresh_every"] == 0, 0.1, 0.0)
-    cells = dt.cell_frames(prepare_runs(runs), _records(prepare_runs(runs)))
+    cells = cell_frames(prepare_runs(runs), _records(prepare_runs(runs)))
     assert not isinstance(cells["staleness"], dt.Skipped), cells["staleness"]
     assert set(cells["staleness"]["variant"]) == {"seed (refresh_every=0)"}
 
@@ -106,8 +109,6 @@ def test_a_method_without_a_writer_reads_missing_not_zero(tmp_path):
 
 
 def test_family_breakdown_from_eval_records():
-    from reports.envs import task_family
-
     assert task_family("alfworld", "alfworld/eval_out_of_distribution/"
                        "pick_two_obj_and_place-Cup-None-Shelf-1/trial_1") == "Pick2"
     assert task_family("household", "household/eval_unseen/0007") == "Look"  # 7 % 6 = 1
@@ -122,9 +123,27 @@ def test_family_breakdown_from_eval_records():
                 rows.append({"run_id": run["run_id"], "step": step, "split": "eval_unseen",
                              "task_id": f"household/eval_unseen/{i:04d}", "traj": i,
                              "turn": 0, "success": success if step == 5 else False})
-    cells = dt.family_frame(runs, pd.DataFrame(rows)).set_index("column")
+    records = pd.DataFrame(rows)
+    cells = family_cells(runs, records, family_panels(runs, records), task_family,
+                         FAMILY_ORDER).set_index("column")
     assert cells.loc["Pick", "mean"] == pytest.approx(2 / 3) and cells.loc["Look", "mean"] == 1.0
     assert cells.loc["All", "mean"] == pytest.approx((1.0 + 1.0 + 10 / 12) / 3)
-    table = dt.diagnostic_table(dt.family_spec(), dt.family_frame(runs, pd.DataFrame(rows)))
+    table = dt.diagnostic_table(dt.family_spec(), family_cells(
+        runs, records, family_panels(runs, records), task_family, FAMILY_ORDER))
     assert [c.label for c in table.columns] == ["Pick", "Look", "Clean", "Heat", "Cool",
                                                 "Pick2", "All"]
+
+
+def test_each_table_names_the_columns_its_cells_frame_has():
+    """The diagnostic tables (reports) and the per-cell frames (analysis.cells) agree on
+    the table names and value columns, in column order."""
+    from analysis import cells
+
+    specs = dt.specs({})
+    assert [c.key for c in specs[cells.WRITER].columns] == list(cells.WRITER_COLUMNS)
+    assert [c.key for c in specs[cells.ALIGNMENT].columns] == list(cells.ALIGNMENT_COLUMNS)
+    assert [c.key for c in specs[cells.STALENESS].columns] == list(cells.STALENESS_COLUMNS)
+    assert [c.key for c in specs[cells.GAIN].columns] == list(cells.GAIN_COLUMNS)
+    assert [c.key for c in dt.cost_spec(["rollout", "update"]).columns] == [
+        *cells.cost_columns(["rollout", "update"]), cells.TOTAL]
+    assert {cells.FAMILY, cells.COST} <= set(specs)

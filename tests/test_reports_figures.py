@@ -8,8 +8,9 @@ import pytest
 from reports_fakes import fake_cost, fake_histories, fake_runs
 
 from analysis import diagnostics
+from analysis.curves import training_bands
 from analysis.diagnostics import Skipped
-from reports import figures
+from reports import figures, style
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -25,15 +26,7 @@ def test_training_curves(tmp_path):
     runs = fake_runs({"grpo": 0.5, "etro": 0.8}, envs=("shop", "household"))
     hist = fake_histories(runs).merge(runs[["run_id", "method", "env"]], on="run_id")
     stem = tmp_path / "curves"
-    _assert_written(figures.training_curves(hist, stem), stem)
-
-
-def test_curve_bands_mean_and_band():
-    hist = pd.DataFrame({"run_id": ["a", "b", "c"], "method": "m", "key": "k", "step": 0,
-                         "value": [0.0, 1.0, 2.0]})
-    band = figures.curve_bands(hist, n_boot=500).iloc[0]
-    assert band["n"] == 3 and band["mean"] == pytest.approx(1.0)
-    assert 0.0 <= band["low"] < 1.0 < band["high"] <= 2.0
+    _assert_written(figures.training_curves(training_bands(hist), stem), stem)
 
 
 def test_gate_figures(tmp_path):
@@ -72,7 +65,7 @@ def test_gate_figure_draws_the_measured_gate_and_success_against_beta(tmp_path, 
     assert sorted(gates.vs_beta["algo.beta_opd"]) == [1.0, 5.0, 20.0]
     assert sorted(gates.formula["beta"].unique()) == [1.0, 5.0, 20.0]
     drawn = []
-    monkeypatch.setattr(figures, "_save", lambda fig, stem: drawn.append(fig) or [])
+    monkeypatch.setattr(figures.gate, "save", lambda fig, stem: drawn.append(fig) or [])
     figures.gate_curves(gates, tmp_path / "g")
     visible = [ax for ax in drawn[0].axes if ax.get_visible()]
     assert [ax.get_title() for ax in visible] == [
@@ -108,12 +101,16 @@ def test_missing_inputs_are_skipped(tmp_path):
     given = Skipped("regional_alignment", "no kept turns")
     assert figures.regional_alignment(given, tmp_path / "a") is given
     assert "not given" in figures.training_curves(None, tmp_path / "b").reason
+    assert "not given" in training_bands(None).reason
     bad = figures.compute_cost(pd.DataFrame({"env": ["shop"]}), tmp_path / "c")
     assert isinstance(bad, Skipped) and "method" in bad.reason
     hist = pd.DataFrame({"run_id": ["a"], "method": ["m"], "key": ["x"], "step": [0],
                          "value": [1.0]})
-    none = figures.training_curves(hist, tmp_path / "d")
+    none = figures.training_curves(training_bands(hist), tmp_path / "d")
     assert isinstance(none, Skipped) and "train/success" in none.reason
+    bands = training_bands(hist.assign(key="train/success"))
+    none = figures.training_curves(bands, tmp_path / "d", keys=("train/entropy",))
+    assert isinstance(none, Skipped) and "train/entropy" in none.reason
     assert not list(tmp_path.iterdir())
 
 
@@ -153,39 +150,28 @@ def test_evaluation_bands_of_two_seeds_stay_within_zero_one(tmp_path, monkeypatc
     assert curves["low"].min() == 0.0 and curves["high"].max() == 1.0
     assert curves["mean"].tolist() == pytest.approx([0.5, 0.5])
     drawn = []
-    monkeypatch.setattr(figures, "_save", lambda fig, stem: drawn.append(fig) or [])
+    monkeypatch.setattr(figures.curves, "save", lambda fig, stem: drawn.append(fig) or [])
     figures.evaluation_curves(curves.assign(low=-3.0, high=4.0), tmp_path / "e")
     band = drawn[0].axes[0].collections[0].get_paths()[0].vertices[:, 1]  # the fill_between
     assert (band.min(), band.max()) == (0.0, 1.0)
     assert "clipped to [0, 1]" in drawn[0]._suptitle.get_text()
 
 
-def test_styles_tell_twenty_methods_apart():
-    labels = [f"m{i}" for i in range(20)]
-    style = figures.styles(labels)
-    assert len({(s["color"], s["marker"]) for s in style.values()}) == 20
-    assert len({s["color"] for s in style.values()}) == 20
-
-
 def test_curve_frame_labels_and_ranks_rows_once_per_pair(monkeypatch):
     """Labels and ranks of a history frame (a row per run, key and step) equal the row-wise
     ones; variant_label runs once per distinct (method, variant)."""
-    from reports import layouts
-
-    calls, original = [], layouts.variant_label
+    calls, original = [], style.variant_label
 
     def label(method, variant):
         calls.append((method, variant))
         return original(method, variant)
 
-    monkeypatch.setattr(layouts, "variant_label", label)
+    monkeypatch.setattr(figures.base, "variant_label", label)
     hist = pd.DataFrame({"run_id": ["a", "a", "b", "c"], "method": ["seed", "seed", "seed", "grpo"],
                          "variant": ["seed (β=1)", "seed (β=1)", "seed (β=5)", "grpo"],
                          "key": "train/success", "step": [1, 2, 1, 1], "value": 0.5})
-    data = figures._curve_frame(hist)
+    data = figures.base.labelled(hist)
     assert data["label"].tolist() == ["SEED (β=1)", "SEED (β=1)", "SEED (β=5)", "GRPO"]
-    assert data["rank"].tolist() == [(figures.method_rank("seed"), "SEED (β=1)")] * 2 + [
-        (figures.method_rank("seed"), "SEED (β=5)"), (0, "GRPO")]
+    assert data["rank"].tolist() == [(style.method_rank("seed"), "SEED (β=1)")] * 2 + [
+        (style.method_rank("seed"), "SEED (β=5)"), (0, "GRPO")]
     assert len(calls) == 3
-    assert figures.method_rank("grpo") == 0 and figures.method_rank("etro") == 5  # Table 1 order
-    assert figures.method_rank("not-a-method") == len(figures._method_order())

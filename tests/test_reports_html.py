@@ -12,7 +12,8 @@ from reports_fakes import fake_runs
 from analysis import diagnostics
 from reports.html import inline, markdown_block
 from reports.index import ReportInputs, build_report
-from reports.layouts import LAYOUTS, summarize_layout
+from reports.inputs import summarize_layout
+from reports.layouts import LAYOUTS
 
 
 def _report(tmp_path):

@@ -12,7 +12,8 @@ from reports_fakes import fake_runs
 from analysis import diagnostics
 from analysis.diagnostics import Skipped
 from reports.index import ReportInputs, build_report
-from reports.layouts import LAYOUTS, summarize_layout
+from reports.inputs import summarize_layout
+from reports.layouts import LAYOUTS
 
 
 def _inputs(tmp_path, runs):

@@ -18,7 +18,8 @@ from reports_fakes import every_diagnostic, fake_runs
 
 from analysis.diagnostics import Skipped
 from reports import diagnostic_tables, figures, index
-from reports.layouts import LAYOUTS, summarize_layout
+from reports.inputs import summarize_layout
+from reports.layouts import LAYOUTS
 from reports.tables import Provenance, latex_document, merge_reported, to_latex
 
 PROV = Provenance("study_%_&_1", "abc", "2026-01-01T00:00:00+00:00")
@@ -97,7 +98,8 @@ def test_every_generated_tex_compiles_on_a_store_with_every_diagnostic(tmp_path,
     _pdflatex()
     # the figures are not under test here, and drawing them is most of a report's time
     monkeypatch.setattr(index, "FIGURES", {})
-    monkeypatch.setattr(figures, "_save", lambda fig, stem: [])
+    for kind in (figures.curves, figures.studies):  # performance profiles, sensitivity
+        monkeypatch.setattr(kind, "save", lambda fig, stem: [])
     runs, records, histories = every_diagnostic(backbones=("Qwen/Qwen2.5-7B-Instruct",))
     inputs = index.ReportInputs.from_frames(runs, records=records, histories=histories,
                                             n_boot=20)

@@ -7,14 +7,9 @@ import pytest
 from reports_fakes import fake_runs
 
 from analysis.diagnostics import Skipped
-from reports.layouts import (
-    FINAL_SUCCESS,
-    LAYOUTS,
-    add_variants,
-    get_layout,
-    summarize_layout,
-    with_table_metrics,
-)
+from reports.inputs import summarize_layout
+from reports.layouts import LAYOUTS, get_layout
+from reports.prepared import FINAL_SUCCESS, add_variants, with_table_metrics
 from reports.tables import BETTER, bold_cells
 
 N_BOOT = 200

@@ -12,7 +12,7 @@ from reports_fakes import fake_runs, study_frame
 from analysis.diagnostics import Skipped
 from analysis.sensitivity import importances, sensitivities
 from reports.index import ReportInputs, build_report
-from reports.layouts import FINAL_SUCCESS, prepare_runs
+from reports.prepared import FINAL_SUCCESS, prepare_runs
 from sweeps.study import load_study
 from sweeps.trials import make_trial
 

@@ -10,7 +10,9 @@ import pytest
 from reports_fakes import study_frame
 
 from analysis.diagnostics import Skipped
-from reports.layouts import LAYOUTS, prepare_runs, summarize_layout
+from reports.inputs import summarize_layout
+from reports.layouts import LAYOUTS
+from reports.prepared import prepare_runs
 from sweeps.study import load_study
 from trainer.run.resolve import resolve
 

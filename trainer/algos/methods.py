@@ -42,6 +42,8 @@ class MethodSpec:
         name: snake_case method name (the ``algo.method`` config value).
         paper: citation plus section / equation.
         summary: one line for ``hindsight methods``.
+        label: the method's name in report tables and figures (the papers' row name, e.g.
+            "GRPO+OPSD", "w/o skill SFT").
         advantage: registered advantage estimator (``grpo`` or ``none``).
         credit: registered token-credit rule applied after broadcasting, or None.
         opd_loss: registered auxiliary OPD loss added to the policy loss, or None.
@@ -65,6 +67,7 @@ class MethodSpec:
     name: str
     paper: str
     summary: str
+    label: str
     advantage: str
     credit: str | None
     opd_loss: str | None
@@ -83,6 +86,8 @@ class MethodSpec:
     library: str = "oracle"
 
     def __post_init__(self) -> None:
+        if not self.label.strip():
+            raise ValueError(f"{self.name}: label (its name in report tables) must not be empty")
         ADVANTAGES.get(self.advantage)
         if self.credit is not None:
             CREDITS.get(self.credit)
@@ -174,18 +179,25 @@ _TABLE = [
         "grpo",
         "Outcome-only GRPO: group-relative advantage broadcast to every action token",
         "Shao et al. 2024; SEED review Eq. RL-Adv, Eq. RL",
+        label="GRPO",
     ),
     _seed(
         "seed",
         "SEED: GRPO + confidence-gated OPD from the policy's own, refreshed hindsight skills",
         skill_sft=True,
+        label="SEED",
     ),
-    _seed("seed_no_sft", "SEED without Stage-1 hindsight-skill SFT (Table 2 ablation)"),
+    _seed(
+        "seed_no_sft",
+        "SEED without Stage-1 hindsight-skill SFT (Table 2 ablation)",
+        label="w/o skill SFT",
+    ),
     _plain(
         "seed_no_self_evolving",
         "SEED w/o self-evolving (Table 2): Stage-1 hindsight-skill SFT, then GRPO without OPD",
         f"{SEED}: Table 2 ablation (Stage 1's supervision without the Stage-2 distillation loop)",
         skill_sft=True,
+        label="w/o self-evolving",
     ),
     _seed(
         "seed_stale",
@@ -193,6 +205,7 @@ _TABLE = [
         "not the paper's w/o self-evolving)",
         skill_sft=True,
         writer_refresh=0,
+        label="stale analyzer",
     ),
     _seed(
         "seed_static",
@@ -201,12 +214,14 @@ _TABLE = [
         skill_sft=True,
         writer="static",
         library="self",
+        label="static skill library",
     ),
     _seed(
         "seed_static_oracle",
         "SEED with a static library of the oracle's skills (privileged; not Table 2's)",
         skill_sft=True,
         writer="static",
+        label="static oracle library",
     ),
     # Not SDAR (Lu et al. 2026a): SDAR's gate also depends on the student's uncertainty, a
     # term neither paper this tool follows defines, so SDAR is not reproduced here and its
@@ -217,6 +232,7 @@ _TABLE = [
         "alone; not SDAR, whose student-uncertainty term is not reproduced)",
         paper=f"SEED's gate (Eq. 1) on a static skill; cf. Lu et al. 2026a; {_BASELINES}",
         writer="static",
+        label="Gated static skill",
     ),
     MethodSpec(
         "opsd",
@@ -230,6 +246,7 @@ _TABLE = [
         teacher="current",
         lambda_opd=1.0,
         uses_rl=False,
+        label="OPSD",
     ),
     MethodSpec(
         "grpo_opsd",
@@ -242,6 +259,7 @@ _TABLE = [
         writer="oracle",
         teacher="current",
         lambda_opd=0.01,
+        label="GRPO+OPSD",
     ),
     MethodSpec(
         "skill_sd",
@@ -254,6 +272,7 @@ _TABLE = [
         writer="static",
         teacher="current",
         lambda_opd=0.01,
+        label="Skill-SD",
     ),
     MethodSpec(
         "rlsd",
@@ -266,6 +285,7 @@ _TABLE = [
         writer="oracle",
         teacher="old",
         lambda_opd=0.0,
+        label="RLSD",
     ),
     _plain(
         "skill_grpo",
@@ -273,6 +293,7 @@ _TABLE = [
         _BASELINES,
         writer="static",
         rollout_skill=True,
+        label="Skill-GRPO",
     ),
     _plain(
         "skill_grpo_star",
@@ -281,6 +302,7 @@ _TABLE = [
         writer="static",
         rollout_skill=True,
         eval_skill=True,
+        label="Skill-GRPO*",
     ),
     _plain(
         "skill_prompt",
@@ -290,43 +312,55 @@ _TABLE = [
         writer="static",
         trains=False,
         eval_skill=True,
+        label="Skill-Prompt",
     ),
     _plain(
-        "vanilla", "Vanilla: the untrained backbone", _BASELINES, advantage="none", trains=False
+        "vanilla",
+        "Vanilla: the untrained backbone",
+        _BASELINES,
+        advantage="none",
+        trains=False,
+        label="Vanilla",
     ),
     _etro(
         "etro",
         "ETRO: Positive OPD before the error, Negative at it, GRPO only after",
         "Sec. 3.4, App. B.2",
+        label="ETRO",
     ),
     _etro(
         "etro_global_positive",
         "Positive skill's OPD on every turn of every trajectory",
         "Sec. 4.3, Table 2",
         skills=("positive",),
+        label="Global Positive",
     ),
     _etro(
         "etro_global_negative",
         "Negative skill's OPD on every turn of failed trajectories",
         "Sec. 4.3, Table 2",
         skills=("negative",),
+        label="Global Negative",
     ),
     _etro(
         "etro_global_both",
         "Mean of both gaps throughout failed trajectories, Positive on successes",
         "Sec. 4.3, Table 2",
+        label="Global Both",
     ),
     _etro(
         "etro_positive_only",
         "ETRO without the Negative branch",
         "Sec. 4.3, Table 2",
         skills=("positive",),
+        label="Positive Only",
     ),
     _etro(
         "etro_negative_only",
         "ETRO without the Positive branch (Negative at the error only)",
         "Sec. 4.3, Table 2",
         skills=("negative",),
+        label="Negative Only",
     ),
     _etro(
         "etro_suffix_positive",
@@ -335,6 +369,7 @@ _TABLE = [
         credit="etro",
         suffix_skill="positive",
         suffix_weight=1.0,
+        label="Suffix Positive",
     ),
     _etro(
         "etro_suffix_negative",
@@ -343,21 +378,25 @@ _TABLE = [
         credit="etro",
         suffix_skill="negative",
         suffix_weight=1.0,
+        label="Suffix Negative",
     ),
     _etro(
         "etro_random_boundary",
         "ETRO routing split at a random turn instead of the diagnosed error",
         "Sec. 4.3, Table 3",
+        label="Random Boundary",
     ),
     _etro(
         "etro_neg_prefix",
         "ETRO with the Negative turn moved to a random pre-error turn",
         "Sec. 4.4, Fig. 4",
+        label="Negative at prefix",
     ),
     _etro(
         "etro_neg_suffix",
         "ETRO with the Negative turn moved to a random post-error turn",
         "Sec. 4.4, Fig. 4",
+        label="Negative at suffix",
     ),
 ]
 METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in _TABLE}
