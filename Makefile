@@ -85,7 +85,7 @@ demo: $(VENV)/.installed
 
 # Rebuild the bundled warm starts (behaviour cloning, then an evaluation on the panels):
 # household's CPU level (about 40 minutes on 2 cores) and EZPoints, the quickstart's (about
-# 5 minutes). Run it when tests/test_warm_start.py reports that an environment moved on, and
+# 5 minutes). Run it when tests/trainer/stages/test_warm_start.py reports that an environment moved on, and
 # commit the new folders.
 warm-start: $(VENV)/.installed
 	$(PY) scripts/warm_start.py examples/household_small.yaml \
@@ -96,7 +96,7 @@ warm-start: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) scripts/bench_envs.py
 
-# Headless Chromium for the report's browser check (tests/test_reports_browser.py, slow);
+# Headless Chromium for the report's browser check (tests/reports/test_browser.py, slow);
 # Debian packages, so root and apt-get are needed.  Without them that one test skips.
 browser-deps:
 	command -v chromedriver >/dev/null || { apt-get update -qq && \

@@ -4,7 +4,7 @@ All functions work at one context c over a small candidate vocabulary: ``pi`` is
 current policy pi_k(. | c) (a probability vector), ``w`` the conditional expected gate
 w_k(c, .) in [0, 1] (Eq. 3), ``q`` the action values Q_k(c, .).  They back the diagnostics
 in ``analysis/`` (value alignment, staleness) and are checked against the review's worked
-examples in ``tests/test_theory.py``.
+examples in ``tests/analysis/test_theory.py``.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from trainer.algos.methods import METHODS
 REPORTED_LABELS = {"opid": "OPID", "icsd": "ICSD", "sdar": "SDAR"}
 
 # The rows of the paper tables, in the order they first appear in reports.layouts.LAYOUTS
-# (tests/test_reports_style.py keeps the two in step).
+# (tests/reports/test_style.py keeps the two in step).
 METHOD_ORDER = (
     "grpo", "grpo_opsd", "skill_sd", "rlsd", "seed", "etro",
     "seed_no_sft", "seed_no_self_evolving", "seed_static",

@@ -1,6 +1,6 @@
 """GPU check: one RL step of GRPO, SEED and ETRO at a paper shape, measured; a 7B-shape scoring pass.
 
-On CUDA: ``qwen2.5-1.5b-shape`` (random weights, trainer/shapes.py) in bfloat16 with gradient
+On CUDA: ``qwen2.5-1.5b-shape`` (random weights, trainer/models/paper_shapes.py) in bfloat16 with gradient
 checkpointing, one RL step per method on a household batch shaped like the papers' (``--tasks``
 tasks x 8 trajectories, window context with N = 2, KL reference on, each method's default
 writer and teacher), then ``qwen2.5-7b-shape`` scores GRPO's batch without gradients.  Printed

@@ -3,15 +3,13 @@ validates, and the paper studies carry the hyperparameters the papers report."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from support.paths import EXAMPLES
 from sweeps.cli import main
 from sweeps.study import load_study
 from sweeps.trials import expand
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 FILES = sorted(EXAMPLES.rglob("*.yaml"))
 
 
@@ -81,7 +79,7 @@ def test_the_invalid_penalty_is_set_explicitly(path):
 
 
 # The test size of examples/text_games_small.yaml: the micro backbone and batch of
-# tests/data/train_micro.yaml, one RL step, the example's env and eval split kept.
+# tests/support/data/train_micro.yaml, one RL step, the example's env and eval split kept.
 _TEXT_GAMES_TEST_SIZE = [
     "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
     "model.tiny.num_kv_heads=1", "model.tiny.intermediate_size=64", "model.tiny.vocab_size=600",

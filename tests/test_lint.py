@@ -22,9 +22,9 @@ FORMATTED = (
     "scripts/bench_cli.py",
     "sweeps/__init__.py",
     "sweeps/docs.py",
-    "tests/test_docs.py",
+    "tests/sweeps/test_docs.py",
     "tests/test_lint.py",
-    "tests/test_reports_html.py",
+    "tests/reports/test_html.py",
     "trainer/run/dependencies.py",
 )
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")

@@ -19,7 +19,7 @@ commands never change the state, so they never shorten it.  It equals
 (which goal object(s) to fetch and in which order, which target receptacle) and, for each,
 emits the only useful commands (go where needed, open a closed receptacle once, drop a held
 non-goal object where the goal object lies, take, process at a station, put), keeping the
-shortest.  ``tests/test_envs_household.py`` checks it against breadth-first search over every
+shortest.  ``tests/envs/test_household.py`` checks it against breadth-first search over every
 reachable state of small worlds of each family.
 
 **Demonstrator.**  :func:`demo_command` is the observation-consistent demonstrator (see its

@@ -112,7 +112,7 @@ def code_of(fn: Callable) -> str:
     the path relative to the project."""
     fn = inspect.unwrap(fn)
     path = Path(inspect.getsourcefile(fn)).resolve()
-    root = Path(algos.__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[2]  # the project: sweeps/cli/configs.py's grandparent
     where = path.relative_to(root) if path.is_relative_to(root) else path
     return f"{where}:{inspect.getsourcelines(fn)[1]}  {fn.__module__}:{fn.__qualname__}"
 

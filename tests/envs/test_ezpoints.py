@@ -1,0 +1,246 @@
+"""The built-in ezpoints environment (gym_cards EZPoints): deals, formula rules, exact
+distance, expert, ground-truth error turns, parser, images."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import envs
+from envs.base import error_turn, expert_policy, format_response, run_episode
+from envs.ezpoints import INVALID_OBSERVATION, EZPointsEnv, parse_token
+from envs.ezpoints.cards import (
+    SPLIT_SIZES,
+    UNREACHABLE,
+    admissible,
+    custom_task,
+    evaluate,
+    plan,
+    solvable_deals,
+    value,
+)
+from envs.oracle import Oracle
+from support.hash_seeds import outputs_under_hash_seeds
+from support.paths import ROOT
+
+TWO_SIX = custom_task("ezpoints/custom/0001", ("2", "hearts"), ("6", "spades"))  # 2 * 6
+KING_TWO = custom_task("ezpoints/custom/0002", ("K", "clubs"), ("2", "diamonds"))  # 10 + 2
+
+
+def act(env: EZPointsEnv, token: str):
+    return env.step(format_response(token, think="test"))
+
+
+def play(task, tokens: list[str]):
+    script = iter(tokens)
+    return run_episode(EZPointsEnv(), task, lambda e, o, turns: format_response(next(script, "7")))
+
+
+# -- deals and panels ------------------------------------------------------------------
+def test_values_and_solvable_deals_follow_gym_cards():
+    assert [value(r) for r in ("A", "2", "9", "10", "J", "Q", "K")] == [1, 2, 9, 10, 10, 10, 10]
+    deals = solvable_deals()
+    sums = {tuple(sorted((value(a[0]), value(b[0])))) for a, b in deals}
+    assert sums == {(2, 10), (3, 9), (4, 8), (5, 7), (6, 6), (2, 6), (3, 4)}
+    assert all(a != b for a, b in deals) and len(deals) == 300
+    with pytest.raises(ValueError, match="unknown rank"):
+        value("1")
+
+
+def test_panels_fixed_sizes_ids_and_every_deal_solvable():
+    env = EZPointsEnv()
+    for split, size in SPLIT_SIZES.items():
+        tasks = env.panel(split)
+        assert len(tasks) == size and tasks[7].id == f"ezpoints/{split}/0007"
+        assert {t.split for t in tasks} == {split} and {t.env for t in tasks} == {"ezpoints"}
+        for t in tasks:
+            values = tuple(value(r) for r, _ in t.spec["cards"])
+            assert plan(values, ()) is not None
+        assert len({tuple(map(tuple, t.spec["cards"])) for t in tasks}) > size // 4
+    assert env.panel("train")[:3] != env.panel("eval")[:3]
+    with pytest.raises(ValueError, match="valid: train, eval"):
+        env.panel("test")
+
+
+_DIGEST = """
+import hashlib, json
+import envs
+from envs.base import expert_policy, run_episode
+env = envs.make("ezpoints")
+blob = []
+for split in env.splits:
+    tasks = env.panel(split)
+    blob.append([[t.id, t.instruction, t.spec["cards"]] for t in tasks])
+    for t in tasks[:20]:
+        ep = run_episode(env, t, expert_policy(0.4, seed="digest"))
+        blob.append([ep.first_observation, ep.actions, [x.next_observation for x in ep.turns]])
+print(hashlib.sha256(json.dumps(blob).encode()).hexdigest())
+"""
+
+
+def test_panels_and_episodes_identical_across_processes_and_hash_seeds():
+    digests = outputs_under_hash_seeds(_DIGEST)
+    assert len(digests[0]) == 64 and digests[0] == digests[1]
+
+
+# -- rules and texts -------------------------------------------------------------------
+def test_formula_grammar_and_evaluation():
+    assert admissible((2, 6), ()) == ["2", "6"]
+    assert admissible((6, 6), ("6",)) == ["+", "*", "="]
+    assert admissible((6, 6), ("6", "+")) == ["6"]
+    assert admissible((2, 6), ("2", "*", "6")) == ["="]
+    assert evaluate(("2", "*", "6")) == 12 and evaluate(("10", "+", "2")) == 12
+    assert evaluate(("3", "+", "2", "*", "4")) == 11  # products first
+    assert evaluate(("3", "+")) is None and evaluate(()) is None
+    assert plan((10, 2), ()) == ("10", "+", "2", "=") and plan((2, 6), ("2", "+")) is None
+
+
+def test_observations_show_cards_formula_and_admissible_tokens():
+    env = EZPointsEnv()
+    first = env.reset(KING_TWO)
+    assert first == ("The cards are dealt.\nCards: K of clubs, 2 of diamonds.\nFormula: (empty)\n"
+                     "Your admissible actions of the current situation are: ['10', '2'].")
+    r = act(env, "10")
+    assert r.observation.startswith("You write 10.\nCards: K of clubs, 2 of diamonds.\nFormula: 10\n")
+    assert (r.reward, r.done, r.info["valid"], r.info["formula"], r.info["value"]) == (0.0, False, True, "10", 10)
+    act(env, "+"), act(env, "2")
+    r = act(env, "=")
+    assert r.observation == ("You write =. 10 + 2 = 12: correct!\nCards: K of clubs, 2 of diamonds.\n"
+                             "Formula: 10 + 2 =")
+    assert (r.reward, r.done, r.success, r.info["distance"], r.info["score"]) == (1.0, True, True, 0, 1.0)
+    assert "admissible" not in EZPointsEnv(show_admissible=False).reset(KING_TWO)
+
+
+def test_invalid_tokens_cost_the_penalty_and_change_nothing():
+    env = EZPointsEnv(invalid_penalty=0.5, max_turns=8)
+    env.reset(TWO_SIX)
+    for response in (format_response("5"), format_response("+"), format_response("="),
+                     "2", "<action>2 * 6</action>", "<action>twelve</action>"):
+        r = env.step(response)
+        assert (r.reward, r.info["valid"], r.done, r.info["formula"]) == (-0.5, False, False, "")
+        assert r.observation.startswith(INVALID_OBSERVATION + "\n")
+    assert not act(env, "2").done and act(env, "*").done  # the 8-turn budget is spent
+    assert EZPointsEnv().max_turns == 6
+
+
+def test_used_cards_cannot_be_written_twice_and_equals_ends_the_game():
+    env = EZPointsEnv()
+    env.reset(TWO_SIX)
+    act(env, "2"), act(env, "*")
+    assert env.admissible_actions() == ["6"] and not act(env, "2").info["valid"]
+    r = act(env, "=")
+    assert not r.info["valid"]
+    env.reset(TWO_SIX)
+    act(env, "6")
+    r = act(env, "=")
+    assert r.done and not r.success and r.reward == 0.0
+    assert r.observation.startswith("You write =. 6 = 6, but not every card is used.")
+    assert r.info["distance"] == UNREACHABLE
+    env.reset(TWO_SIX)
+    act(env, "2"), act(env, "+"), act(env, "6")
+    r = act(env, "=")
+    assert r.observation.startswith("You write =. 2 + 6 = 8, not 12.") and not r.success
+
+
+def test_parse_token_canonical_forms():
+    assert parse_token("<think>K is 10</think><action>10</action>") == "10"
+    assert parse_token("<action> + </action>") == "+"
+    assert parse_token("<action>times</action>") == "*"
+    assert parse_token("<action>x</action>") == "*"
+    assert parse_token("<action>Equals.</action>") == "="
+    assert parse_token("<action>write 7</action>") == "7"
+    assert parse_token("<action>3</action><action>4</action>") == "4"
+    for bad in ("10", "<action></action>", "<action>11</action>", "<action>0</action>",
+                "<action>K</action>", "<action>10 + 2</action>", "<action>-</action>"):
+        assert parse_token(bad) is None, bad
+
+
+def test_replay_and_state_keys():
+    env = EZPointsEnv()
+    env.reset(TWO_SIX, replay=["2", "*"])
+    assert env.formula == ("2", "*") and env.turn == 2 and env.distance_to_goal() == 2
+    key = env.state_key()
+    env.reset(TWO_SIX, replay=["2", "*"])
+    assert env.state_key() == key and key.startswith("ezpoints/custom/0001|")
+    with pytest.raises(ValueError, match="ends the episode"):
+        env.reset(TWO_SIX, replay=["2", "=", "6"])
+
+
+# -- distance and ground-truth error turns ---------------------------------------------
+def test_wrong_operator_and_early_equals_are_the_decisive_errors():
+    episode = play(TWO_SIX, ["2", "+", "6", "="])
+    assert episode.distances == [4, 3, UNREACHABLE, UNREACHABLE, UNREACHABLE]
+    assert error_turn(episode) == 1 and not episode.success
+    episode = play(TWO_SIX, ["9", "2", "="])
+    assert episode.distances == [4, 4, 3, UNREACHABLE] and error_turn(episode) == 2
+    episode = play(TWO_SIX, ["6", "*", "2", "="])
+    assert episode.success and episode.distances == [4, 3, 2, 1, 0] and error_turn(episode) is None
+    episode = play(TWO_SIX, ["2", "*", "7", "7", "7", "7"])  # ran out of turns, no decisive error
+    assert not episode.success and error_turn(episode) is None
+    env = EZPointsEnv()
+    env.reset(TWO_SIX, replay=["2"])
+    assert env.plausible_wrong_actions() == ["+", "="]
+
+
+# -- expert and random policies ----------------------------------------------------------
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_expert_and_demonstrator_solve_every_panel_task(split):
+    env = EZPointsEnv()
+    for task in env.panel(split):
+        episode = run_episode(env, task, expert_policy())
+        assert episode.success and len(episode.turns) == 4, task.id
+    thought = env.demo_thought(KING_TWO)
+    assert thought == "K is 10 and 2 is 2: 10 + 2 = 12."
+
+
+def test_random_policies_rarely_succeed():
+    env = EZPointsEnv()
+    rng = random.Random(0)
+    tasks = env.panel("eval")
+    uniform = sum(run_episode(env, t, lambda e, o, turns: format_response(rng.choice(e.actions))).success
+                  for t in tasks)
+    assert uniform / len(tasks) < 0.05
+    admissible_only = sum(
+        run_episode(env, t, lambda e, o, turns: format_response(rng.choice(e.admissible_actions()))).success
+        for t in tasks)
+    assert 0.1 < admissible_only / len(tasks) < 0.6
+
+
+def test_oracle_writer_names_the_wrong_operator_and_the_right_one():
+    episode = play(TWO_SIX, ["2", "+", "6", "="])
+    hindsight = Oracle(lambda: envs.make("ezpoints")).write(episode)
+    assert hindsight.valid and hindsight.error_turn == 1
+    assert 'chose "+"' in hindsight.negative_skill or '"+"' in hindsight.negative_skill
+    assert '"*"' in hindsight.negative_skill
+    assert "multiply them if their product is 12" in hindsight.positive_skill
+    assert len(envs.fingerprint(envs.make("ezpoints"), tasks_per_split=3)) == 16
+
+
+# -- images ----------------------------------------------------------------------------
+def test_images_have_the_table_size_and_ride_in_info_when_on():
+    env = EZPointsEnv()
+    env.reset(KING_TWO)
+    image = env.image()
+    assert image.size == (300, 300) and image.mode == "RGB"
+    assert image.getpixel((2, 2)) == (53, 101, 77)  # the green table
+    assert "image" not in act(env, "10").info
+    env = EZPointsEnv(images=True, image_size=224)
+    env.reset(KING_TWO)
+    r = act(env, "10")
+    assert r.info["image"].size == (224, 224)
+    assert r.observation == EZPointsEnv().reset(KING_TWO, replay=["10"])  # text unchanged
+
+
+def test_bench_reports_expert_and_random_success_per_panel():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_envs", ROOT / "scripts" / "bench_envs.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.panel_success("ezpoints", max_tasks=40) + bench.panel_success("sokoban@2box", max_tasks=5)
+    assert [(r["env"], r["split"], r["tasks"]) for r in rows] == [
+        ("ezpoints", "train", 40), ("ezpoints", "eval", 40),
+        ("sokoban@2box", "train", 5), ("sokoban@2box", "eval", 5)]
+    assert all(r["expert"] == 1.0 and r["random"] is not None for r in rows)
+    assert rows[0]["random"] < rows[0]["random_adm"]

@@ -1,0 +1,181 @@
+"""A whole report, built from the fake frames that feed every table and figure
+(:func:`reports_fakes.every_diagnostic`, plus reported rows), comes out as it did when these
+digests were recorded.
+
+Recorded at ab953e3, before analysis/ and reports/ were split into "analysis computes,
+reports draw" (issue 29, item 4): a restructuring that changes no output leaves every digest
+as it is. Each table file (.md, .tex, .json), ``index.md`` and ``index.html`` is compared as
+text (the generation time and the embedded PNG bytes blanked out); each figure as a
+description of what it draws, taken where it would be saved (titles, axis labels and scales,
+ticks, lines, bands, bars, boxes, texts and legends, floats to 9 significant digits), so that
+a different font stack or matplotlib build does not change it but a moved point, a renamed
+label or a changed colour does. A deliberate change of an output records the digests the
+failure prints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import matplotlib.colors
+import numpy as np
+from matplotlib.figure import Figure
+
+from reports.index import ReportInputs, build_report
+from support.reports_fakes import every_diagnostic
+
+N_BOOT = 200
+WHEN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d")
+PNG = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
+EXPECTED = {
+    "figures/compute_cost": "27bb273e9ec50319",
+    "figures/evaluation_curves": "0bc187c4f11d5430",
+    "figures/gate_curves": "a5c238f285f84c83",
+    "figures/performance_profiles": "211d53577fd658bf",
+    "figures/regional_alignment": "275d0cfd852526d2",
+    "figures/sensitivity_etro_suffix_negative": "7ca416874c4ed00e",
+    "figures/sensitivity_etro_suffix_positive": "a55416e2a63f25d1",
+    "figures/sensitivity_seed": "2f6abe10719ea338",
+    "figures/training_curves": "7d9e7eb0c9dae904",
+    "index.html": "4bf14139bfe5b61b",
+    "index.md": "f2f9837fb46d065c",
+    "tables/aggregates.json": "492dbdcaaf4f0e7d",
+    "tables/aggregates.md": "15d3ec5d26d4f13b",
+    "tables/aggregates.tex": "fec646488041f80e",
+    "tables/compute_cost.json": "83de62eb5bf8e645",
+    "tables/compute_cost.md": "5e26fda6c45441b6",
+    "tables/compute_cost.tex": "260d0998e29ac7a7",
+    "tables/etro_alpha.json": "16f4cc25404aba5d",
+    "tables/etro_alpha.md": "59446183c4b258ca",
+    "tables/etro_alpha.tex": "d1b50042fbf78e79",
+    "tables/etro_branches.json": "3f7d76f6a2a1961e",
+    "tables/etro_branches.md": "84439fa40e33c092",
+    "tables/etro_branches.tex": "66a287270d204b3f",
+    "tables/etro_suffix.json": "fe81ccfb9f9278aa",
+    "tables/etro_suffix.md": "a5b3273eddeca9ac",
+    "tables/etro_suffix.tex": "3790032d5163b10e",
+    "tables/etro_table1.json": "31c4c3a05112afab",
+    "tables/etro_table1.md": "7cb89f837c9bfc27",
+    "tables/etro_table1.tex": "faa28b346ab2a458",
+    "tables/family_breakdown.json": "138f561ddc537053",
+    "tables/family_breakdown.md": "cf47f5ab2e3f2422",
+    "tables/family_breakdown.tex": "f20449b7553e10f0",
+    "tables/seed_ablation.json": "d1ae33da34b55cf2",
+    "tables/seed_ablation.md": "4dc564fe90830b65",
+    "tables/seed_ablation.tex": "62b3be8049f25d8d",
+    "tables/seed_multimodal.json": "70c49462d0fbfc94",
+    "tables/seed_multimodal.md": "f2c2aa796e0aa3b7",
+    "tables/seed_multimodal.tex": "1a6929ded9100bcb",
+    "tables/sensitivity_etro_suffix_negative_best.json": "29defb11be25adef",
+    "tables/sensitivity_etro_suffix_negative_best.md": "f30b940eaadc9b46",
+    "tables/sensitivity_etro_suffix_negative_best.tex": "8b19359b50ced1ab",
+    "tables/sensitivity_etro_suffix_positive_best.json": "a5bcf64f23a39bed",
+    "tables/sensitivity_etro_suffix_positive_best.md": "962ed86b6e179fe7",
+    "tables/sensitivity_etro_suffix_positive_best.tex": "3eb3879ed98e82fe",
+    "tables/sensitivity_seed_best.json": "7487ce3e4c7c5481",
+    "tables/sensitivity_seed_best.md": "543931c1728e5b12",
+    "tables/sensitivity_seed_best.tex": "ac2dd852c35a727f",
+    "tables/sensitivity_seed_importance.json": "28f696849e43e47d",
+    "tables/sensitivity_seed_importance.md": "16a3e93e13409e7e",
+    "tables/sensitivity_seed_importance.tex": "adf6b9949bb5b1e0",
+    "tables/staleness.json": "37e937724886e98c",
+    "tables/staleness.md": "2344da8a6000ecaf",
+    "tables/staleness.tex": "f83e494cb7401e38",
+    "tables/tables.tex": "c1775bd60eb3832a",
+    "tables/value_alignment.json": "462d11a550170c9a",
+    "tables/value_alignment.md": "d3838ff21969bba1",
+    "tables/value_alignment.tex": "42fdda4f2b0a4712",
+    "tables/warm_start_gain.json": "f5267112fb2237a7",
+    "tables/warm_start_gain.md": "60e7435e506fbf03",
+    "tables/warm_start_gain.tex": "41fa5ae9f80f1c1e",
+    "tables/writer_reliability.json": "2499b54ccc08f89c",
+    "tables/writer_reliability.md": "e098b7b38e6f387f",
+    "tables/writer_reliability.tex": "347a6d9c9ab37541",
+}
+
+
+def _num(x) -> str:
+    return f"{float(x):.9g}"
+
+
+def _nums(values) -> list[str]:
+    return [_num(v) for v in np.ravel(np.asarray(values, dtype=float))]
+
+
+def _color(c) -> str:
+    return matplotlib.colors.to_hex(c, keep_alpha=True) if c is not None else "none"
+
+
+def _axes(ax) -> dict:
+    lines = [{"label": line.get_label(), "x": _nums(line.get_xdata()),
+              "y": _nums(line.get_ydata()), "color": _color(line.get_color()),
+              "marker": str(line.get_marker()), "style": str(line.get_linestyle())}
+             for line in ax.get_lines()]
+    collections = [{"kind": type(c).__name__, "label": c.get_label(),
+                    "paths": [_nums(p.vertices) for p in c.get_paths()],
+                    "offsets": _nums(c.get_offsets()),
+                    "faces": [_color(f) for f in np.atleast_2d(c.get_facecolor())]}
+                   for c in ax.collections]
+    patches = [{"kind": type(p).__name__, "label": p.get_label(),
+                "box": _nums(p.get_path().transformed(p.get_patch_transform()).vertices)
+                if hasattr(p, "get_patch_transform") else [],
+                "face": _color(p.get_facecolor())} for p in ax.patches]
+    legend = ax.get_legend()
+    return {"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+            "scales": [ax.get_xscale(), ax.get_yscale()],
+            "xticks": [t.get_text() for t in ax.get_xticklabels()],
+            "yticks": [t.get_text() for t in ax.get_yticklabels()],
+            "texts": [t.get_text() for t in ax.texts],
+            "legend": [t.get_text() for t in legend.get_texts()] if legend else [],
+            "lines": lines, "collections": collections, "patches": patches}
+
+
+def describe(fig: Figure) -> dict:
+    """What a figure draws, independent of how it is rasterised."""
+    title = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    return {"suptitle": title, "size": _nums(fig.get_size_inches()),
+            "legends": [[t.get_text() for t in leg.get_texts()] for leg in fig.legends],
+            "axes": [_axes(ax) for ax in fig.axes if ax.get_visible()]}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def report_digests(out, figures: dict) -> dict[str, str]:
+    got = {}
+    files = [*sorted((out / "tables").glob("*")), out / "index.md", out / "index.html"]
+    for path in files:
+        text = PNG.sub("data:image/png;base64,", WHEN.sub("<when>", path.read_text("utf-8")))
+        got[path.relative_to(out).as_posix()] = _digest(text)
+    for name, description in sorted(figures.items()):
+        got[f"figures/{name}"] = _digest(json.dumps(description, sort_keys=True))
+    return got
+
+
+def test_every_table_figure_and_index_is_unchanged(tmp_path, monkeypatch):
+    drawn: dict[str, dict] = {}
+
+    def recording(fig, path, *args, **kwargs):  # rasterising would take half the time
+        if str(path).endswith(".png"):
+            drawn[str(path).rpartition("/")[2][:-4]] = describe(fig)
+        Path(path).write_bytes(b"")
+
+    monkeypatch.setattr(Figure, "savefig", recording)
+    runs, records, histories = every_diagnostic()
+    reported = tmp_path / "reported.csv"  # rows of methods this tool does not run
+    reported.write_text("method,backbone,shop.success,source\n"
+                        "icsd,Qwen/Qwen2.5-7B-Instruct,75.8,ETRO Table 1\n"
+                        "opid,Qwen/Qwen2.5-7B-Instruct,71.2,ETRO Table 1\n"
+                        "sdar,Qwen/Qwen2.5-7B-Instruct,70.1,ETRO Table 1\n")
+    inputs = ReportInputs.from_frames(runs, histories=histories, records=records,
+                                      external_csv=reported, n_boot=N_BOOT)
+    out = tmp_path / "report"
+    build_report(inputs, out, "snapshot", "0000000")
+    got = report_digests(out, drawn)
+    changed = sorted(k for k in set(got) | set(EXPECTED) if got.get(k) != EXPECTED.get(k))
+    assert not changed, ("changed: " + ", ".join(changed) + "\nnew digests:\n"
+                         + json.dumps(got, indent=4, sort_keys=True))

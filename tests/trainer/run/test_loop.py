@@ -1,0 +1,193 @@
+"""End-to-end training runs on a micro tiny backbone: MLflow run, metrics, artifacts,
+parameters changing, resume, crash handling, determinism."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from support.paths import DATA
+from trainer.run.resolve import load_config
+from trainer.run.store import make_client
+
+MICRO = DATA / "train_micro.yaml"
+
+
+def micro(tmp_path, *overrides):
+    db = tmp_path / "mlruns.db"
+    return load_config(MICRO, [f"output.dir={tmp_path / 'out'}", f"tracking.uri=sqlite:///{db}", *overrides])
+
+
+def run_metrics(cfg, run_id):
+    client = make_client(cfg.tracking.uri)
+    return client, client.get_run(run_id)
+
+
+def test_train_logs_run_metrics_artifacts_and_changes_parameters(tmp_path):
+    from trainer.run.components import build_components
+    from trainer.run.loop import train
+
+    cfg = micro(tmp_path, "algo.method=etro", "output.log_checkpoints=true")
+    result = train(cfg, progress=False)
+    client, run = run_metrics(cfg, result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["method"] == "etro" and run.data.tags["env"] == "household"
+    assert run.data.tags["hindsight.checkpoints"] == str(tmp_path / "out" / "checkpoints")
+    metrics = run.data.metrics
+    for key in ("train/success", "train/entropy", "adv/mean", "time/rollout_s", "time/teacher_s",
+                "writer/invalid_rate", "eval/eval_unseen/success", "perf/tokens_per_s", "warm/loss_last"):
+        assert key in metrics, key
+    artifacts = {a.path for a in client.list_artifacts(result.run_id)}
+    assert {"config.json", "records", "skills", "checkpoint"} <= artifacts
+    logged = {a.path for a in client.list_artifacts(result.run_id, "checkpoint")}
+    assert {"checkpoint/model", "checkpoint/trainer_state.pt"} <= logged, logged
+    # the skill samples show the text each teacher context used, never an empty line
+    skills = Path(client.download_artifacts(result.run_id, "skills/step_000002.txt", str(tmp_path)))
+    lines = skills.read_text().splitlines()
+    used = [line for line in lines if line.startswith(("positive:", "negative:"))]
+    assert used and all(line.split(":", 1)[1].strip() for line in used), lines
+    records = {a.path for a in client.list_artifacts(result.run_id, "records")}
+    assert "records/step_000002.parquet" in records
+    # the trained checkpoint differs from a fresh initialisation with the same seed
+    ckpt = Path(cfg.output.dir) / "checkpoints" / "step_000002" / "model"
+    trained = build_components(cfg, init_from=str(ckpt)).model.state_dict()
+    fresh = build_components(cfg).model.state_dict()
+    assert any(not torch.equal(trained[k], fresh[k]) for k in fresh)
+
+
+def test_records_have_the_contract_columns(tmp_path):
+    import pandas as pd
+
+    from trainer.episodes.records import COLUMNS
+    from trainer.run.loop import train
+
+    cfg = micro(tmp_path, "algo.method=etro", "stages.rl.steps=1")
+    train(cfg, progress=False)
+    frame = pd.read_parquet(Path(cfg.output.dir) / "records" / "step_000001.parquet")
+    assert tuple(frame.columns) == COLUMNS
+    assert set(frame["split"]) == {"eval_unseen", "train"}
+    train_rows = frame[frame["split"] == "train"]
+    assert train_rows["delta_pos"].notna().any()
+
+
+def test_same_seed_gives_identical_metrics(tmp_path):
+    from trainer.run.loop import train
+
+    keys = ("train/success", "train/entropy", "adv/std", "loss/total", "eval/eval_unseen/success")
+    values = []
+    for name in ("a", "b"):
+        cfg = micro(tmp_path / name)
+        result = train(cfg, progress=False)
+        client = make_client(cfg.tracking.uri)
+        values.append({k: [m.value for m in client.get_metric_history(result.run_id, k)] for k in keys})
+    assert values[0] == values[1]
+
+
+@pytest.mark.parametrize("method", ["grpo", "seed_stale"])
+def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_path, monkeypatch, method):
+    """Crash in step 2 (after the step-1 checkpoint), resume: same MLflow run, steps 1..2,
+    and the same learning metrics as an uninterrupted run (optimizer, RNG restored), with
+    the KL reference and SEED-stale's frozen writer equal, bit for bit, to the uninterrupted
+    run's RL initialisation (not rebuilt from the resumed step-1 policy)."""
+    import trainer.run.loop as run_module
+
+    keys = ("train/success", "adv/std", "loss/total", "train/entropy", "ppo/kl")
+    if method == "seed_stale":
+        keys += ("writer/invalid_rate", "writer/skill_tokens")
+    reference_cfg = micro(tmp_path / "ref", f"algo.method={method}")
+    reference = run_module.train(reference_cfg, progress=False)
+    client = make_client(reference_cfg.tracking.uri)
+    expected = {k: [m.value for m in client.get_metric_history(reference.run_id, k)] for k in keys}
+
+    real, calls = run_module.update, []
+
+    def crash_on_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("simulated kill during step 2")
+        return real(*args, **kwargs)
+
+    cfg = micro(tmp_path / "crash", f"algo.method={method}")
+    monkeypatch.setattr(run_module, "update", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        run_module.train(cfg, progress=False)
+    monkeypatch.setattr(run_module, "update", real)
+    contexts, real_start = [], run_module.start_rl
+
+    def spy_start(ctx, **kwargs):
+        contexts.append(ctx)
+        return real_start(ctx, **kwargs)
+
+    monkeypatch.setattr(run_module, "start_rl", spy_start)
+    resumed = run_module.train(cfg, resume=True, progress=False)
+    from trainer.run.checkpoint import rl_init_path
+    from trainer.run.components import frozen_writer
+
+    init = torch.load(rl_init_path(reference_cfg.output.dir), weights_only=True)
+    restored = [contexts[0].reference] + ([frozen_writer(contexts[0])] if method == "seed_stale" else [])
+    for module in restored:
+        for name, value in module.state_dict().items():
+            assert torch.equal(value, init[name]), name
+    client = make_client(cfg.tracking.uri)
+    runs = client.search_runs([client.get_experiment_by_name("hindsight").experiment_id])
+    assert [r.info.run_id for r in runs] == [resumed.run_id]
+    assert runs[0].info.status == "FINISHED"
+    got = {k: [m.value for m in client.get_metric_history(resumed.run_id, k)] for k in keys}
+    steps = [m.step for m in client.get_metric_history(resumed.run_id, "train/success")]
+    assert steps == [1, 2]
+    assert got["train/success"] == expected["train/success"]
+    for key in keys:  # float reductions over reloaded weights agree to float32 precision
+        assert got[key] == pytest.approx(expected[key], rel=1e-5), key
+
+
+def test_crash_marks_the_run_failed_with_traceback(tmp_path, monkeypatch):
+    import trainer.run.loop as run_module
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected failure in the update")
+
+    monkeypatch.setattr(run_module, "update", boom)
+    cfg = micro(tmp_path)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        run_module.train(cfg, progress=False)
+    client = make_client(cfg.tracking.uri)
+    run = client.search_runs([client.get_experiment_by_name("hindsight").experiment_id])[0]
+    assert run.info.status == "FAILED"
+    path = client.download_artifacts(run.info.run_id, "traceback.txt", str(tmp_path))
+    assert "injected failure" in Path(path).read_text()
+
+
+def test_nonfinite_losses_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
+    import trainer.stages.rl as rl
+
+    real = rl.policy_loss
+
+    def nan_loss(spec, inputs, cfg):
+        loss, metrics = real(spec, inputs, cfg)
+        return loss * float("nan"), metrics
+
+    monkeypatch.setattr(rl, "policy_loss", nan_loss)
+    from trainer.run.loop import NonFiniteLossError, train
+
+    cfg = micro(tmp_path, "stages.rl.steps=3", "stages.rl.max_nonfinite_in_row=2")
+    with pytest.raises(NonFiniteLossError, match="2 consecutive RL steps"):
+        train(cfg, progress=False)
+    client = make_client(cfg.tracking.uri)
+    run = client.search_runs([client.get_experiment_by_name("hindsight").experiment_id])[0]
+    history = client.get_metric_history(run.info.run_id, "train/nonfinite_steps")
+    assert [m.value for m in history] == [1.0]
+    assert run.info.status == "FAILED"
+
+
+def test_config_json_is_the_resolved_config(tmp_path):
+    from trainer.run.loop import train
+
+    cfg = micro(tmp_path, "algo.method=seed")
+    result = train(cfg, progress=False)
+    client = make_client(cfg.tracking.uri)
+    path = client.download_artifacts(result.run_id, "config.json", str(tmp_path))
+    saved = json.loads(Path(path).read_text())
+    assert saved["algo"]["method"] == "seed"

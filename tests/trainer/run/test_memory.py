@@ -1,0 +1,109 @@
+"""``hindsight memory`` (trainer/memory.py): parameters counted on the meta device, the parts
+of a run's memory as the trainer holds them, every paper study file fitting one 80 GB GPU,
+and the estimate against a measured CPU peak (slow)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from support.paths import DATA, ROOT
+from sweeps.cli import main
+from trainer.models.paper_shapes import PAPER_SIZES
+from trainer.run.memory import GIB, HUB_CONFIGS, architecture, plan_memory
+from trainer.run.resolve import load_config, resolve
+
+PAPERS = sorted((ROOT / "examples" / "papers").glob("*.yaml"))
+SEED_TABLE5 = ROOT / "examples" / "papers" / "seed_table5_alfworld.yaml"
+MICRO = DATA / "train_micro.yaml"
+
+
+@pytest.mark.parametrize("shape", sorted(PAPER_SIZES))
+def test_parameters_are_counted_without_weights(shape):
+    cfg = load_config(MICRO, [f"model.backbone={shape}"])
+    assert architecture(cfg.model).params == pytest.approx(PAPER_SIZES[shape], rel=0.01)
+
+
+def test_the_bundled_hub_configs_are_the_released_sizes():
+    """Model cards: Qwen2.5-1.5B-Instruct 1.54B, 3B 3.09B, VL-3B 3.75B parameters."""
+    sizes = {"Qwen/Qwen2.5-1.5B-Instruct": 1.54e9, "Qwen/Qwen2.5-3B-Instruct": 3.09e9,
+             "Qwen/Qwen2.5-VL-3B-Instruct": 3.75e9}
+    for name, size in sizes.items():
+        assert name in HUB_CONFIGS
+        cfg = load_config(MICRO, [f"model.backbone={name}"])
+        assert architecture(cfg.model).params == pytest.approx(size, rel=0.01), name
+
+
+def test_parts_follow_the_precision_and_the_phases():
+    """bf16 compute: float32 masters (4P) and AdamW moments (8P) always, a bf16 reference
+    (2P), gradients (4P) and autocast copies (2P) only while updating; the engine sleeps
+    through the update.  float32 compute has no copies."""
+    cfg = resolve(load_config(SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml"))
+    plan = plan_memory(cfg, 80)
+    p = plan.arch.params
+    parts = {part.name: part for part in plan.parts}
+    assert parts["weights (float32 masters)"].bytes == 4 * p
+    assert parts["optimizer (AdamW moments, float32)"].bytes == 8 * p
+    assert parts["reference (bfloat16)"].bytes == 2 * p and parts["reference (bfloat16)"].when == "always"
+    assert parts["gradients (float32)"].when == "update"
+    assert parts["autocast weight copies (bfloat16)"].bytes == 2 * p
+    engine = next(part for part in plan.parts if part.name.startswith("vLLM engine"))
+    assert engine.when == "rollout" and engine.bytes == pytest.approx(0.25 * 80 * GIB)
+    assert plan.peak == max(plan.phase("rollout"), plan.phase("score"), plan.phase("update"))
+    float32 = plan_memory(resolve(load_config(SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml",
+                                              ["model.dtype=float32"])), 80)
+    assert not any("autocast" in part.name for part in float32.parts)
+
+
+def test_checkpointing_and_micro_batches_bound_the_activations():
+    base = SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml"
+
+    def activations(*overrides):
+        plan = plan_memory(resolve(load_config(base, list(overrides))), 80)
+        return next(p.bytes for p in plan.parts if p.name.startswith("activations"))
+
+    assert activations("model.gradient_checkpointing=false") > 5 * activations()
+    assert activations("algo.micro_batch_size=8") > 1.5 * activations("algo.micro_batch_size=4")
+
+
+@pytest.mark.parametrize("path", PAPERS, ids=lambda p: p.name)
+def test_every_paper_study_fits_one_80gb_gpu(path, capsys):
+    assert main(["memory", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "fits" in out.splitlines()[-1] and "does not fit" not in out
+
+
+def test_a_run_that_does_not_fit_exits_1_with_its_figure(capsys):
+    assert main(["memory", str(SEED_TABLE5), "--gpu-memory", "40"]) == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "does not fit" in last and "40 GiB" in last
+
+
+def test_study_overrides_go_under_base(capsys):
+    assert main(["memory", str(SEED_TABLE5), "--set", "base.model.gradient_checkpointing=false"]) == 1
+    assert main(["memory", str(SEED_TABLE5), "--set", "model.gradient_checkpointing=false"]) == 2
+    assert "under base." in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [[], ["--set", "model.gradient_checkpointing=true"]])
+def test_the_estimate_is_within_25_percent_of_a_measured_cpu_peak(extra):
+    """scripts/bench_memory.py: one GRPO step of a 25M-parameter tiny backbone in a fresh
+    process; its peak resident-set growth within 25% of the estimate."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_memory.py"), *extra],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_validate_warns_with_the_same_figure(capsys, tmp_path):
+    """A GPU study that does not fit one 80 GB GPU validates with a warning line naming the
+    peak; one that fits validates quietly."""
+    assert main(["validate", str(SEED_TABLE5), "--skip-extras"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    big = tmp_path / "big.yaml"
+    big.write_text(SEED_TABLE5.read_text().replace("micro_batch_size: 4", "micro_batch_size: 64"))
+    assert main(["validate", str(big), "--skip-extras"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: seed (Qwen/Qwen2.5-3B-Instruct)" in err and "does not fit" in err

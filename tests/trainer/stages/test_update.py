@@ -1,0 +1,142 @@
+"""The update's gradient accumulation (trainer/rl.py): a PPO minibatch run as micro-batches
+of one sequence gives the gradients of one backward over the whole minibatch, for GRPO, SEED
+and ETRO (and OPSD's top-k distribution matching), under every ``algo.loss_agg`` mode, with
+one or two PPO minibatches, in both context modes (a window-context trajectory is split
+across micro-batches)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+import trainer.stages.rl as rl
+from support.paths import DATA
+from trainer.algos import LOSS_AGGS, get_method
+from trainer.run.resolve import load_config, resolve
+
+MICRO = DATA / "train_micro.yaml"
+
+
+@pytest.fixture(scope="module")
+def contexts(tmp_path_factory):
+    """One micro context per context mode (oracle writer, so that skills exist)."""
+    from trainer.run.components import build_components
+
+    built = {}
+    for mode in ("full", "window"):
+        out = tmp_path_factory.mktemp(mode)
+        cfg = resolve(load_config(MICRO, ["algo.method=seed", "writer.kind=oracle", f"env.context={mode}",
+                                          "rollout.tasks_per_step=2", "rollout.group_size=3",
+                                          f"output.dir={out}"]))
+        built[mode] = build_components(cfg)
+    return built
+
+
+def with_method(base, method: str, **algo):
+    from trainer.hindsight.writers import PrivilegedContext
+    from trainer.run.components import start_rl
+
+    cfg = resolve(load_config(MICRO, [f"algo.method={method}", "writer.kind=oracle",
+                                      f"env.context={base.cfg.env.context}", "rollout.tasks_per_step=2",
+                                      "rollout.group_size=3", f"output.dir={base.cfg.output.dir}"]))
+    ctx = copy.copy(base)
+    ctx.cfg = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, **algo))
+    ctx.spec = get_method(method)
+    ctx.privileged = PrivilegedContext(ctx.make_env) if "privileged" in ctx.spec.skills else None
+    start_rl(ctx)
+    return ctx
+
+
+def gradients_of_update(ctx, batch, micro_batch_size: int) -> list[list[torch.Tensor]]:
+    """The gradient at each optimizer step of one update, the model restored after it."""
+    state = copy.deepcopy(ctx.model.state_dict())
+    ctx.cfg = dataclasses.replace(ctx.cfg, algo=dataclasses.replace(ctx.cfg.algo, micro_batch_size=micro_batch_size))
+    ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=1e-3)
+    grads, real_step = [], ctx.optimizer.step
+
+    def step(*args, **kwargs):
+        grads.append([p.grad.detach().clone() for p in ctx.model.parameters() if p.grad is not None])
+        return real_step(*args, **kwargs)
+
+    ctx.optimizer.step = step
+    _, finite = rl.update(ctx, batch, 1, rl.PhaseTimer())
+    ctx.model.load_state_dict(state)
+    assert finite
+    return grads
+
+
+def with_advantages(batch):
+    """The batch with advantages of both signs on every token: the untrained micro policy's
+    episodes all fail alike, so GRPO's own would tie at 0 and the RL term would move nothing."""
+    noise = torch.randn(batch.advantages.shape, generator=torch.Generator().manual_seed(0))
+    batch.advantages = noise * batch.old.mask
+    return batch
+
+
+CASES = [(m, agg) for m in ("grpo", "seed", "etro") for agg in LOSS_AGGS] + [("grpo_opsd", "token-mean")]
+
+
+@pytest.mark.parametrize("mode", ["full", "window"])
+@pytest.mark.parametrize("minibatches", [1, 2])
+@pytest.mark.parametrize(("method", "agg"), CASES)
+def test_micro_batches_accumulate_to_the_minibatch_gradient(contexts, mode, minibatches, method, agg):
+    ctx = with_method(contexts[mode], method, loss_agg=agg, minibatch_size=6 // minibatches, kl_coef=0.01)
+    batch = with_advantages(rl.collect_batch(ctx, 1, rl.PhaseTimer()))
+    sequences = len(ctx.builder.build_batch(batch.trajectories))
+    assert sequences >= 6 and (mode == "full" or sequences > len(batch.trajectories))
+    whole = gradients_of_update(ctx, batch, micro_batch_size=10_000)  # one backward a minibatch
+    split = gradients_of_update(ctx, batch, micro_batch_size=1)  # one sequence at a time
+    assert len(whole) == len(split) == minibatches
+    for step_whole, step_split in zip(whole, split):
+        assert len(step_whole) == len(step_split) > 0
+        assert max(float(g.abs().max()) for g in step_whole) > 1e-4  # not a vacuous zero gradient
+        for a, b in zip(step_whole, step_split):
+            torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+
+
+def test_loss_metrics_of_micro_batches_add_up(contexts):
+    """``loss/*`` of a micro-batched minibatch equal the unsplit ones; token means agree."""
+    ctx = with_method(contexts["window"], "seed", loss_agg="seq-mean-token-mean")
+    batch = with_advantages(rl.collect_batch(ctx, 1, rl.PhaseTimer()))
+    state = copy.deepcopy(ctx.model.state_dict())
+    out = {}
+    for size in (10_000, 1):
+        ctx.cfg = dataclasses.replace(ctx.cfg, algo=dataclasses.replace(ctx.cfg.algo, micro_batch_size=size))
+        ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=1e-3)
+        out[size], _ = rl.update(ctx, batch, 1, rl.PhaseTimer())
+        ctx.model.load_state_dict(state)
+    for key in ("loss/total", "loss/rl", "loss/opd", "ppo/pg_loss", "ppo/clip_frac", "ppo/ratio_max",
+                "opd/gate_mean", "opd/token_frac"):
+        assert out[1][key] == pytest.approx(out[10_000][key], rel=1e-5, abs=1e-7), key
+
+
+def test_sft_micro_batches_accumulate_to_the_batch_step(monkeypatch):
+    """The SFT stages (warm start, Stage 1) accumulate too: one example at a time gives the
+    gradient of one backward over the batch."""
+    from trainer.episodes.samples import TokenSequence
+    from trainer.models.backbones import load_pretrained
+    from trainer.stages.sft import sft
+    from trainer.stages.warm_start import bundle_path
+
+    examples = [TokenSequence(tuple(range(5, 5 + n)), (0,) * 3 + (1,) * (n - 3), (-1,) * 3 + (0,) * (n - 3))
+                for n in (9, 14, 6, 11)]
+    grads, real_clip = [], torch.nn.utils.clip_grad_norm_
+
+    def clip(parameters, *args, **kwargs):  # sft clips right before its optimizer step
+        parameters = list(parameters)
+        grads.append([p.grad.detach().clone() for p in parameters])
+        return real_clip(parameters, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+    losses = []
+    for micro in (None, 1):
+        model, _ = load_pretrained(str(bundle_path("ezpoints")), torch.float32, "cpu")
+        metrics = sft(model, examples, epochs=1, lr=1e-3, batch_size=4, seed=0, micro_batch=micro)
+        losses.append(metrics["sft/loss_first"])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    assert len(grads) == 2
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)

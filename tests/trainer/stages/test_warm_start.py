@@ -1,0 +1,193 @@
+"""Saved warm starts: the bundled one matches today's environment, a saved one is checked
+against the run before it is used, and the behaviour-cloning pipeline can fit demonstrations."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import envs
+from support.paths import DATA, ROOT
+from trainer.config import ConfigError, apply_overrides
+from trainer.run.components import env_factory
+from trainer.run.resolve import load_config, resolve
+from trainer.stages.evaluate import evaluate_policy
+from trainer.stages.warm_start import (
+    BUNDLE_META,
+    bundle_path,
+    bundled_warm_starts,
+    check_bundle,
+    save_bundle,
+    train_warm_start,
+)
+
+MICRO = DATA / "train_micro.yaml"
+SMALL = ROOT / "examples" / "household_small.yaml"
+EZPOINTS = ROOT / "examples" / "ezpoints_small.yaml"
+
+
+def micro(**overrides):
+    base = {"model.device": "cpu", "stages.warm_start.cache": False, "env.level": "small"}
+    return resolve(apply_overrides(load_config(MICRO), {**base, **overrides}))
+
+
+@pytest.mark.parametrize("config, split", [(SMALL, "eval_seen"), (EZPOINTS, "eval")],
+                         ids=["household-small", "ezpoints"])
+def test_a_bundled_warm_start_was_trained_on_todays_environment(config, split):
+    """Fails when the environment's texts, panels or rules change: rebuild the bundles with
+    `make warm-start` and commit them. Each bundle fits the config that builds it."""
+    cfg = resolve(load_config(config))
+    assert cfg.stages.warm_start.checkpoint in bundled_warm_starts()
+    meta = check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))
+    assert meta["env_fingerprint"] == envs.fingerprint(env_factory(cfg)())
+    assert 0.0 < meta["evaluation"][f"{split}/success/greedy"] < 1.0
+
+
+def test_reward_shaping_does_not_invalidate_the_household_bundle():
+    cfg = resolve(load_config(SMALL))
+    meta = check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))
+    # reward shaping changes what RL sees, not what behaviour cloning learned from
+    shaped = resolve(apply_overrides(load_config(SMALL), ["env.progress_reward=0.5"]))
+    assert envs.fingerprint(env_factory(shaped)()) != meta["env_fingerprint"]
+    assert check_bundle(shaped, bundle_path(cfg.stages.warm_start.checkpoint)) == meta
+
+
+def test_fingerprint_moves_with_the_environment():
+    small = envs.make("household", level="small")
+    assert envs.fingerprint(small) == envs.fingerprint(envs.make("household", level="small"))
+    assert envs.fingerprint(small) != envs.fingerprint(envs.make("household", level="small",
+                                                                  show_admissible=False))
+    assert envs.fingerprint(small) != envs.fingerprint(envs.make("household"))
+
+
+def test_fingerprint_moves_with_the_oracle_phrasing(monkeypatch):
+    """A warm start learns the writer format from the oracle's texts (writer_fraction)."""
+    import envs.oracle
+
+    small = envs.make("household", level="small")
+    before = envs.fingerprint(small)
+    monkeypatch.setattr(envs.oracle, "_SUCCESS_NOTES", ("Finished after {turns} turns (optimum {optimal}).",))
+    assert envs.fingerprint(small) != before
+
+
+def test_a_saved_warm_start_round_trips_and_is_checked_against_the_run(tmp_path):
+    cfg = micro()
+    ctx, metrics = train_warm_start(cfg)
+    evaluation = evaluate_policy(ctx, max_tasks=2)
+    assert set(evaluation) >= {"eval_seen/success/greedy", "eval_unseen/invalid_rate/greedy"}
+    path = save_bundle(ctx, tmp_path / "ws", metrics, evaluation)
+    meta = json.loads((path / BUNDLE_META).read_text())
+    assert meta["metrics"]["warm/examples"] > 0 and meta["settings"]["env.level"] == "small"
+    assert bundle_path(str(path)) == path
+    check_bundle(cfg, path)
+    with pytest.raises(ConfigError, match=r"trained with model.tiny=.*\(run: "):
+        check_bundle(micro(**{"model.tiny.hidden_size": 64}), path)
+    with pytest.raises(ConfigError, match="env.level='small' \\(run: 'full'\\)"):
+        check_bundle(micro(**{"env.level": "full"}), path)
+    meta["env_fingerprint"] = "0" * 16
+    (path / BUNDLE_META).write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="env version 0000000000000000, the env is now .*make warm-start"):
+        check_bundle(cfg, path)
+    with pytest.raises(ConfigError, match="neither a bundled warm start \\(bundled: .*household-small"):
+        bundle_path(str(tmp_path / "nowhere"))
+
+
+def test_training_from_a_saved_warm_start_logs_its_figures(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from trainer.run.loop import train
+    from trainer.run.store import sqlite_uri
+
+    cfg = micro()
+    ctx, metrics = train_warm_start(cfg)
+    path = save_bundle(ctx, tmp_path / "ws", metrics, evaluate_policy(ctx, max_tasks=1))
+    uri = sqlite_uri(tmp_path / "mlruns.db")
+    run = apply_overrides(cfg, {"stages.warm_start.checkpoint": str(path), "tracking.uri": uri,
+                                "output.dir": str(tmp_path / "out"), "stages.rl.steps": 1})
+    result = train(run, progress=False)
+    data = MlflowClient(uri).get_run(result.run_id).data
+    assert data.metrics["warm/saved"] == 1.0 and data.tags["warm_start"] == "ws"
+    assert data.metrics["warm/loss_last"] == pytest.approx(metrics["warm/loss_last"])
+    assert "warm/eval_seen/success/greedy" in data.metrics
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("HINDSIGHT_LONG_TESTS") != "1",
+                    reason="about 10+ minutes on 2 cores; set HINDSIGHT_LONG_TESTS=1 to run it")
+def test_behaviour_cloning_can_overfit_sixteen_demonstrations():
+    """The pipeline is sound: 16 error-free demonstrations, 200 epochs (400 optimizer
+    steps of 8), and greedy replay of the same 16 tasks reproduces every episode."""
+    from trainer.episodes.rollout import Sampling, collect
+
+    cfg = resolve(apply_overrides(load_config(SMALL), {
+        "model.device": "cpu", "stages.warm_start.cache": False, "stages.warm_start.checkpoint": "",
+        "stages.warm_start.episodes": 16, "stages.warm_start.epochs": 200,
+        "stages.warm_start.batch_size": 8, "stages.warm_start.expert_epsilon": 0.0,
+        "stages.warm_start.skill_fraction": 0.0, "stages.warm_start.writer_fraction": 0.0}))
+    ctx, metrics = train_warm_start(cfg)
+    assert metrics["warm/loss_last"] < 0.05
+    import random
+
+    tasks = random.Random(f"warm:{cfg.seed}").sample(ctx.train_tasks, 16)  # the demonstrated tasks
+    ctx.model.eval()
+    trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, Sampling(32, 0.0))
+    assert sum(t.episode.success for t in trajectories) == 16
+
+
+def test_writer_validity_counts_valid_hindsight_and_true_error_turns(monkeypatch):
+    """The panel metric on writers whose answers are known: the oracle's own hindsight is
+    valid on every panel trajectory and names the true first error of every failure; a
+    writer that names another turn (or one where there is none) agrees on none; an empty answer is invalid."""
+    import dataclasses
+
+    import trainer.stages.skill_sft
+    from trainer.run.components import build_components, make_writer
+    from trainer.stages.skill_sft import writer_validity
+
+    ctx = build_components(micro())
+    oracle = make_writer(ctx, "oracle")
+
+    class Shifted:
+        def write(self, trajectories, seed=None):
+            return [dataclasses.replace(h, error_turn=0 if h.error_turn is None else h.error_turn + 1)
+                    for h in oracle.write(trajectories)]
+
+    class Empty:
+        def write(self, trajectories, seed=None):
+            return [dataclasses.replace(h, valid=False) for h in oracle.write(trajectories)]
+
+    for writer, expected in ((oracle, (1.0, 1.0)), (Shifted(), (1.0, 0.0)), (Empty(), (0.0, 0.0))):
+        monkeypatch.setattr(trainer.stages.skill_sft, "make_writer", lambda ctx, kind, w=writer: w)
+        metrics = writer_validity(ctx, size=16)
+        assert (metrics["writer/panel_valid_rate"], metrics["writer/panel_boundary_agreement"]) == expected
+        assert metrics["writer/invalid_rate"] == 1.0 - expected[0]
+
+
+def test_the_bundled_self_writer_writes_valid_hindsight_at_the_default_budget():
+    """Issue 9's bar: at least half of the 64 panel trajectories get a valid self-written
+    hindsight from the bundled warm start (87.5% when measured), with the writer's default
+    token budget; a budget shorter than the oracle's annotations cuts them before they close."""
+    from trainer.run.components import build_components
+    from trainer.stages.skill_sft import writer_validity
+
+    cfg = resolve(apply_overrides(load_config(SMALL), {"model.device": "cpu", "stages.warm_start.checkpoint": ""}))
+    ctx = build_components(cfg, init_from=str(bundle_path("household-small")))
+    assert writer_validity(ctx)["writer/panel_valid_rate"] >= 0.5
+
+
+def test_the_warm_start_bar_counts_down_to_its_optimizer_steps():
+    """The bar opens before the demonstrations exist; behaviour cloning gives it the total
+    (epochs x batches), so a long warm start shows its ETA."""
+    import io
+    import math
+
+    from tqdm.auto import tqdm
+
+    cfg = micro()
+    with tqdm(desc="warm start", unit="batch", file=io.StringIO()) as bar:
+        _, metrics = train_warm_start(cfg, bar)
+        ws = cfg.stages.warm_start
+        assert bar.total == ws.epochs * math.ceil(metrics["warm/examples"] / ws.batch_size)
+        assert bar.n == bar.total
