@@ -85,7 +85,7 @@ def diagnose(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=8,
                         help="alignment: batches of the config's rollout size to collect "
                              "(default 8)")
-    parser.add_argument("--tasks", type=int, default=50,
+    parser.add_argument("--panel-tasks", type=int, default=50, metavar="N",
                         help="skill: the first N training tasks make the panel (default 50)")
     parser.add_argument("--samples", type=int, default=4,
                         help="skill: episodes per panel task (default 4)")

@@ -62,10 +62,10 @@ def diagnose_command(args) -> int:
 
 def _skill_command(ctx, args) -> int:
     cfg = ctx.cfg
-    print(f"actor {args.actor}: {args.tasks} training tasks x {args.samples} at T = "
+    print(f"actor {args.actor}: {args.panel_tasks} training tasks x {args.samples} at T = "
           f"{cfg.rollout.temperature:g}, writer {cfg.writer.kind}, beta_opd {cfg.algo.beta_opd:g}, "
           "never updated")
-    signal = skill_signal(ctx, args.tasks, args.samples)
+    signal = skill_signal(ctx, args.panel_tasks, args.samples)
     out = Path(args.diagnose_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "skill_signal.json").write_text(json.dumps(

@@ -39,7 +39,7 @@ def test_the_skill_signal_leaves_the_actor_unchanged_and_is_consistent(tmp_path)
 def test_diagnose_skill_command_prints_and_writes_the_signal(tmp_path, capsys):
     out = tmp_path / "d"
     argv = ["diagnose", "skill", str(CONFIG), "--actor", str(ACTOR), "--writer", "oracle",
-            "--tasks", "2", "--samples", "1", "--diagnose-dir", str(out)]
+            "--panel-tasks", "2", "--samples", "1", "--diagnose-dir", str(out)]
     assert main(argv) == 0
     signal = json.loads((out / "skill_signal.json").read_text())
     assert signal["writer"] == "oracle" and signal["trajectories"] == 2
