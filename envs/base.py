@@ -322,6 +322,21 @@ class TextEnv(abc.ABC):
         already observation-consistent; domains whose expert uses hidden facts override it."""
         return self.expert_action(epsilon=epsilon, rng=rng)
 
+    def skilled_demo_action(
+        self, history: Sequence[Turn], skill: str, rng: random.Random | None = None
+    ) -> str:
+        """The action of the demonstrator with ``skill`` in its context: hindsight of this very
+        task (the oracle's Positive skill of a clean episode of it), which the demonstrator acts
+        on where the observation alone does not settle the action.  Behaviour cloning on both
+        demonstrators teaches a policy that a skill in context carries information (SEED's and
+        ETRO's teacher presupposes one that acts better when it reads hindsight).
+
+        Default: :meth:`demo_action` without its ``epsilon`` mistakes, since the skill spells
+        out the moves that solve the task (the text games, whose observation-consistent
+        demonstrator errs only by chance).  A domain whose skill names hidden facts (where an
+        object was) can override it to act on them."""
+        return self.demo_action(history, epsilon=0.0, rng=rng)
+
     def demo_thought(self, task: Task) -> str:
         """The demonstrator's reasoning text (inside ``<think>``) for ``task`` in the current
         state (read only from what the policy sees); behaviour cloning teaches the policy to
@@ -409,15 +424,17 @@ def expert_policy(epsilon: float = 0.0, seed: str = "expert") -> Callable[[TextE
 
 
 def demo_policy(
-    epsilon: float = 0.0, seed: str = "demo"
+    epsilon: float = 0.0, seed: str = "demo", skill: str | None = None
 ) -> Callable[[TextEnv, str, list[Turn]], str]:
     """An ``act`` callable for :func:`run_episode` that follows ``env.demo_action`` on the
     turns played so far (the observation-consistent demonstrator), with ``env.demo_thought``
-    as its reasoning."""
+    as its reasoning.  With ``skill`` (hindsight of the task it plays, in its context) it
+    follows ``env.skilled_demo_action`` instead, which acts on what the skill says."""
     rng = random.Random(seed)
 
     def act(env: TextEnv, observation: str, turns: list[Turn]) -> str:
-        return env.response_for(env.demo_action(turns, epsilon=epsilon, rng=rng),
-                                think=env.demo_thought(env.task))
+        action = (env.skilled_demo_action(turns, skill, rng=rng) if skill
+                  else env.demo_action(turns, epsilon=epsilon, rng=rng))
+        return env.response_for(action, think=env.demo_thought(env.task))
 
     return act

@@ -73,15 +73,22 @@ def recovery(parser: argparse.ArgumentParser) -> None:
 
 
 def diagnose(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", choices=["alignment"],
-                        help="alignment: ETRO's Fig. 1, regional alignment on a frozen actor")
+    parser.add_argument("what", choices=["alignment", "skill"],
+                        help="alignment: ETRO's Fig. 1, regional alignment on a frozen actor; "
+                             "skill: how much the writer's skill in context moves the actor "
+                             "(Delta, SEED's gate, Skill-Prompt against no-skill success)")
     parser.add_argument("config", help="run config YAML (env, model settings, batch)")
     add_overrides(parser)
     parser.add_argument("--actor", required=True, metavar="DIR", help=ACTOR_HELP)
     parser.add_argument("--writer", default=None, choices=["self", "frozen", "oracle", "external"],
                         help="who writes the hindsight (default: the ETRO family's own)")
     parser.add_argument("--steps", type=int, default=8,
-                        help="batches of the config's rollout size to collect (default 8)")
+                        help="alignment: batches of the config's rollout size to collect "
+                             "(default 8)")
+    parser.add_argument("--panel-tasks", type=int, default=50, metavar="N",
+                        help="skill: the first N training tasks make the panel (default 50)")
+    parser.add_argument("--samples", type=int, default=4,
+                        help="skill: episodes per panel task (default 4)")
     parser.add_argument("--advantage", default="etro", choices=["etro", "gigpo", "gigpo_std"],
                         help="step advantage: ETRO's pooled action returns (default) or "
                              "verl-agent's GiGPO (own return, optionally std-normalised)")

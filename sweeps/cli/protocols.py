@@ -3,6 +3,7 @@ frozen actors, their frames summarised by :mod:`analysis` and drawn by :mod:`rep
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -17,13 +18,15 @@ from trainer.config import ConfigError
 from trainer.models.folders import require_model_folder
 from trainer.protocols.alignment import SCORING_METHOD, alignment_records
 from trainer.protocols.continuations import continuations, suite_for
+from trainer.protocols.skill_signal import skill_signal
 from trainer.run.components import build_components, start_rl
 from trainer.run.resolve import load_config, resolve
 from trainer.run.store import git_sha
 
 
 def diagnose_command(args) -> int:
-    """Diagnostics on a frozen actor: ``alignment`` is ETRO's Fig. 1 (regional alignment)."""
+    """Diagnostics on a frozen actor: ``alignment`` is ETRO's Fig. 1 (regional alignment),
+    ``skill`` the skill signal (:mod:`trainer.protocols.skill_signal`)."""
 
     folder = require_model_folder(args.actor, "--actor")
     overrides = [*args.overrides, f"algo.method={SCORING_METHOD}", "algo.kl_coef=0",
@@ -33,6 +36,8 @@ def diagnose_command(args) -> int:
     cfg = resolve(load_config(args.config, overrides))
     ctx = build_components(cfg, init_from=str(folder))
     start_rl(ctx)
+    if args.what == "skill":
+        return _skill_command(ctx, args)
     print(f"actor {args.actor}: {args.steps} batches of {cfg.rollout.tasks_per_step} tasks x "
           f"{cfg.rollout.group_size}, writer {cfg.writer.kind}, {args.advantage} step "
           "advantages, never updated")
@@ -52,6 +57,30 @@ def diagnose_command(args) -> int:
               f"  n = {r.n_turns} turns of {r.n_traj} trajectories")
     print(f"written: {out / 'alignment.csv'}, {out / 'regional_alignment.png'}, "
           f"{out / 'records.parquet'}")
+    return 0
+
+
+def _skill_command(ctx, args) -> int:
+    cfg = ctx.cfg
+    print(f"actor {args.actor}: {args.panel_tasks} training tasks x {args.samples} at T = "
+          f"{cfg.rollout.temperature:g}, writer {cfg.writer.kind}, beta_opd {cfg.algo.beta_opd:g}, "
+          "never updated")
+    signal = skill_signal(ctx, args.panel_tasks, args.samples)
+    out = Path(args.diagnose_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "skill_signal.json").write_text(json.dumps(
+        {**signal, "actor": str(args.actor), "writer": cfg.writer.kind, "git_sha": git_sha()},
+        indent=1) + "\n")
+    print(f"writer valid on {signal['skilled']:.0f} of {signal['trajectories']:.0f} trajectories")
+    if not signal["skilled"]:
+        print("no valid skill: nothing to score")
+        return 1
+    print(f"Delta on {signal['tokens']:.0f} action tokens: mean |Delta| {signal['delta_abs']:.3f}, "
+          f"mean {signal['delta_mean']:+.3f} nats; gate {signal['gate_mean']:.3f} +/- "
+          f"{signal['gate_std']:.3f} (std)")
+    print(f"success with the skill in context {signal['success_skill']:.3f}, without "
+          f"{signal['success_no_skill']:.3f} (the same {signal['skilled']:.0f} tasks and seeds)")
+    print(f"written: {out / 'skill_signal.json'}")
     return 0
 
 

@@ -303,7 +303,9 @@ class WarmStartConfig:
     batch_size: int = field(default=16, metadata={"ge": 1})
     # Probability of a random / plausible-wrong expert action (realistic mistakes).
     expert_epsilon: float = field(default=0.1, metadata={"ge": 0.0, "le": 1.0})
-    # Fraction of demonstrations with a (correct) skill in context, so skills can be read.
+    # Fraction of demonstrations with a skill in context (the oracle's hindsight of a clean
+    # episode of the task) that the demonstrator acts on: no expert_epsilon mistakes
+    # (envs.base.TextEnv.skilled_demo_action), so the skill carries information to read.
     skill_fraction: float = field(default=0.3, metadata={"ge": 0.0, "le": 1.0})
     # Fraction of demonstrations that also teach writing a skill from a trajectory.
     writer_fraction: float = field(default=0.3, metadata={"ge": 0.0, "le": 1.0})

@@ -1,6 +1,7 @@
 """The warm start of a tiny backbone (behaviour cloning on the environment's
-observation-consistent demonstrator with realistic mistakes), its cache, and
-the saved warm starts shipped with the package (``make warm-start``).
+observation-consistent demonstrator with realistic mistakes, and, in a ``skill_fraction`` of
+the demonstrations, the same demonstrator reading the task's hindsight skill and acting on it),
+its cache, and the saved warm starts shipped with the package (``make warm-start``).
 """
 
 from __future__ import annotations
@@ -14,29 +15,47 @@ import shutil
 from pathlib import Path
 
 import envs
-from envs.base import demo_policy, run_episode
+from envs.base import Episode, Task, TextEnv, demo_policy, run_episode
 from envs.oracle import Oracle
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
 from trainer.run.components import Components, build_components, env_factory
 from trainer.stages.sft import demo_trajectory, sft, writer_example
 
 
+def task_skill(oracle: Oracle, env: TextEnv, task: Task) -> str:
+    """The hindsight a skill-conditioned demonstration reads: the oracle's Positive skill of
+    a clean (mistake-free) demonstration of the same task."""
+    return oracle.write(run_episode(env, task, demo_policy(0.0, seed=f"skill:{task.id}"))).positive_skill
+
+
+def demonstration(env: TextEnv, oracle: Oracle, task: Task, epsilon: float, seed: str,
+                  with_skill: bool) -> tuple[Episode, str | None]:
+    """One warm-start demonstration of ``task`` and the skill in its context (None: none).
+
+    Without a skill the observation-consistent demonstrator makes its ``epsilon`` mistakes;
+    with one (:func:`task_skill`) it acts on what the skill says
+    (:meth:`envs.base.TextEnv.skilled_demo_action`), so that the skill carries information
+    the observation does not and behaviour cloning teaches the policy to read it."""
+    skill = task_skill(oracle, env, task) if with_skill else None
+    return run_episode(env, task, demo_policy(epsilon, seed=seed, skill=skill)), skill
+
+
 def warm_start(ctx: Components, progress=None) -> dict[str, float]:
-    """Behaviour cloning on expert demonstrations (see module docstring)."""
+    """Behaviour cloning on demonstrations (see module docstring): a ``skill_fraction`` of
+    them have a skill spliced into their context where the teacher context puts it
+    (``ctx.builder.build(traj, skill)``) and follow it (:func:`demonstration`)."""
     ws, cfg = ctx.cfg.stages.warm_start, ctx.cfg
     rng = random.Random(f"warm:{cfg.seed}")
     env, oracle = ctx.make_env(), Oracle(ctx.make_env)
-    act = demo_policy(ws.expert_epsilon, seed=f"warm:{cfg.seed}")
     tasks = rng.sample(ctx.train_tasks, min(ws.episodes, len(ctx.train_tasks)))
     examples = []
-    for task in tasks:
-        episode = run_episode(env, task, act)
+    for i, task in enumerate(tasks):
+        episode, skill = demonstration(env, oracle, task, ws.expert_epsilon, f"warm:{cfg.seed}:{i}",
+                                       with_skill=rng.random() < ws.skill_fraction)
         traj = demo_trajectory(ctx, episode)
-        hindsight = oracle.write(episode)
-        skill = hindsight.positive_skill if rng.random() < ws.skill_fraction else None
         examples += ctx.builder.build(traj, skill)
         if rng.random() < ws.writer_fraction:
-            examples.append(writer_example(ctx, episode, hindsight))
+            examples.append(writer_example(ctx, episode, oracle.write(episode)))
     metrics = sft(ctx.model, examples, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size,
                   seed=cfg.seed, progress=progress, vision=ctx.builder.vision,
                   micro_batch=cfg.algo.micro_batch_size)

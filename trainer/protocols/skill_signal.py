@@ -1,0 +1,69 @@
+"""Does the skill in context move a frozen actor?  The signal SEED's and ETRO's teacher needs.
+
+``hindsight diagnose skill CONFIG --actor DIR --writer self|oracle`` (issue 28): on a fixed
+panel (the first ``tasks`` tasks of the training split, each played ``samples`` times at the
+rollout temperature without a skill, as RL plays them) the writer writes hindsight of every
+trajectory; where its Positive skill is valid, that skill is spliced into the teacher context
+exactly as at RL time (the student's history, ``added_skills``, cut to
+``writer.max_skill_tokens``) and both contexts score the sampled action tokens:
+
+    Delta = log pi(y_tok | x, s) - log pi(y_tok | x)          (SEED's Delta, ETRO's Delta+)
+    g     = sigmoid(beta_opd * Delta)                         (SEED's gate)
+
+over every action token of a trajectory with a valid skill.  Then the same trajectories'
+tasks are played again twice with common request seeds: with the skill in the actor's context
+(Skill-Prompt) and without.  Never an update, and nothing here reaches evaluation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainer.episodes.rollout import Sampling, collect
+from trainer.episodes.samples import assert_same_actions
+from trainer.episodes.scoring import score_trajectories
+from trainer.models.generation import request_seed
+from trainer.run.components import Components
+from trainer.stages.rl import budgeted_texts
+
+
+def _success(trajectories) -> float:
+    return sum(t.episode.success for t in trajectories) / max(1, len(trajectories))
+
+
+@torch.no_grad()
+def skill_signal(ctx: Components, tasks: int, samples: int) -> dict[str, float]:
+    """The skill signal of the actor in ``ctx`` with its writer ``ctx.writer`` (module
+    docstring): ``delta_abs``, ``delta_mean``, ``gate_std``, ``gate_mean`` over ``tokens``
+    action tokens of ``skilled`` trajectories (of ``trajectories``, ``valid_rate`` of them with a
+    valid skill), ``success_skill`` and ``success_no_skill`` on the replays of those."""
+    cfg = ctx.cfg
+    panel = ctx.prompt_env.panel(cfg.env.train_split)[:tasks]
+    batch_tasks = [task for task in panel for _ in range(samples)]
+    sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
+    played, _ = collect(ctx.make_env, batch_tasks, ctx.builder, ctx.backend, sampling,
+                        seed=request_seed("skill-signal", cfg.seed))
+    hindsights = ctx.writer.write(played, seed=request_seed("skill-signal-write", cfg.seed))
+    skills = budgeted_texts(ctx, ["positive"], played, hindsights)[0]["positive"]
+    rows = [i for i, s in enumerate(skills) if s]
+    out = {"trajectories": float(len(played)), "skilled": float(len(rows)),
+           "valid_rate": len(rows) / max(1, len(played)), "success_played": _success(played)}
+    if not rows:
+        return out
+    trajs, texts = [played[i] for i in rows], [skills[i] for i in rows]
+    score = {"micro_batch": cfg.algo.micro_batch_size, "with_entropy": False,
+             "temperature": cfg.rollout.temperature}
+    student, student_seq = score_trajectories(ctx.model, ctx.builder, trajs, None, **score)
+    teacher, teacher_seq = score_trajectories(ctx.model, ctx.builder, trajs, None, added_skills=texts, **score)
+    assert_same_actions(student_seq, teacher_seq)
+    mask = student.mask.bool()  # [B, T]
+    delta = (teacher.logp - student.logp)[mask]  # [N] action tokens
+    gate = torch.sigmoid(cfg.algo.beta_opd * delta)
+    seed = request_seed("skill-signal-replay", cfg.seed)
+    replay = [t.task for t in trajs]
+    with_skill, _ = collect(ctx.make_env, replay, ctx.builder, ctx.backend, sampling, texts, seed=seed)
+    without, _ = collect(ctx.make_env, replay, ctx.builder, ctx.backend, sampling, seed=seed)
+    return {**out, "tokens": float(delta.numel()), "delta_abs": float(delta.abs().mean()),
+            "delta_mean": float(delta.mean()), "gate_mean": float(gate.mean()),
+            "gate_std": float(gate.std()), "success_skill": _success(with_skill),
+            "success_no_skill": _success(without)}
