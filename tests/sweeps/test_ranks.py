@@ -56,3 +56,67 @@ def test_a_parallel_trial_books_nothing_itself(tmp_path):
     assert study_workers(one) == 1 and trial_resources(one) == {"cpu": 2.0, "gpu": 0.0}
     two = _study(tmp_path, 2, {"cpus": 2})
     assert study_workers(two) == 2 and trial_resources(two) == {"cpu": 0.0}
+
+
+# -- end to end on Ray Train (slow: a local Ray, two gloo ranks on two cores) --------------
+
+def _overrides(tmp_path) -> list[str]:
+    return ["stages.rl.steps=2", "rollout.tasks_per_step=2", "rollout.group_size=4", "algo.minibatch_size=4",
+            "eval.max_tasks=4", "eval.every=0", "output.checkpoint_every=1", "model.device=cpu",
+            f"output.dir={tmp_path / 'out'}", f"tracking.uri=sqlite:///{tmp_path / 'mlruns.db'}"]
+
+
+def _one_run_once_per_step(uri: str, experiment: str):
+    from collections import Counter
+
+    from trainer.run.store import make_client
+
+    client = make_client(uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
+                              filter_string="tags.`hindsight.kind` != 'study'")
+    assert len(runs) == 1, [r.info.run_id for r in runs]
+    run = runs[0]
+    for key in run.data.metrics:
+        steps = Counter(m.step for m in client.get_metric_history(run.info.run_id, key))
+        assert max(steps.values()) == 1, (key, steps)
+    return run, client
+
+
+@pytest.mark.slow
+def test_hindsight_train_runs_two_ranks_on_ray_train(tmp_path, capsys):
+    """`hindsight train ezpoints_small.yaml --set parallel.workers=2`: Ray Train starts two gloo
+    ranks on a local Ray; one MLflow run FINISHED with each step's metrics once, a complete
+    sharded checkpoint, rank 1's output in its log."""
+    from support.paths import EXAMPLES
+    from sweeps.cli import main
+    from trainer.run.checkpoint import latest_checkpoint
+
+    sets = [x for o in [*_overrides(tmp_path), "parallel.workers=2"] for x in ("--set", o)]
+    assert main(["train", str(EXAMPLES / "ezpoints_small.yaml"), *sets]) == 0
+    assert "FINISHED" in capsys.readouterr().out
+    run, client = _one_run_once_per_step(f"sqlite:///{tmp_path / 'mlruns.db'}", "hindsight")
+    assert run.info.status == "FINISHED" and run.data.params["parallel.workers"] == "2"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/success")] == [1, 2]
+    ckpt = latest_checkpoint(tmp_path / "out")
+    assert ckpt is not None and ckpt.name == "step_000002" and (ckpt / "COMPLETE").exists()
+    assert (tmp_path / "out" / "rank1.log").is_file()
+
+
+@pytest.mark.slow
+def test_a_sweep_trial_of_two_ranks_runs_through_tune_and_train(tmp_path):
+    """A study whose base sets parallel.workers: 2 and resources {cpus: 2}: one Tune trial
+    that books nothing, its two ranks a CPU each, on this 2-core machine; the child run
+    FINISHED once per step."""
+    from support.paths import EXAMPLES
+    from sweeps.runner import run_study
+
+    path = tmp_path / "study.yaml"
+    sets = dict(o.split("=", 1) for o in _overrides(tmp_path) if not o.startswith(("output.", "tracking.")))
+    path.write_text(yaml.safe_dump({"name": "ranks2", "base": str(EXAMPLES / "ezpoints_small.yaml"),
+                                    "set": {**sets, "parallel.workers": 2}, "grid": {"seed": [0]},
+                                    "resources": {"cpus": 2}, "out": str(tmp_path / "runs")}))
+    study = load_study(path)
+    status = run_study(study)
+    assert status is not None and status.complete
+    run, _ = _one_run_once_per_step(study.store_uri, study.experiment)
+    assert run.info.status == "FINISHED" and run.data.params["parallel.workers"] == "2"
