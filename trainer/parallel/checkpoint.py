@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_state_dict,
+    set_model_state_dict,
     set_state_dict,
 )
 
@@ -102,7 +103,7 @@ def load_reference(reference, root: str | Path) -> bool:
         return False
     shards = {"model": get_model_state_dict(reference)}
     dcp.load(shards, checkpoint_id=str(path))
-    set_state_dict(reference, [], model_state_dict=shards["model"])
+    set_model_state_dict(reference, shards["model"])
     return True
 
 

@@ -98,8 +98,12 @@ def unsharded(*models: torch.nn.Module | None) -> Iterator[None]:
     """Gather the full parameters of the sharded ``models`` once (a collective: every rank
     enters together) and keep them through every forward inside, which then communicates
     nothing: ranks may run different numbers of forwards (a rollout's turns, the scoring
-    passes of a window context).  No backward inside; unsharded models pass through."""
-    modules = [m for model in models for m in _fsdp_modules(model)]
+    passes of a window context).  No backward inside; unsharded models pass through.
+    Afterwards the layers reshard after each forward again, the root (each model's
+    outermost group, kept gathered until the backward by FSDP2's root heuristic) does not."""
+    groups = [_fsdp_modules(model) for model in models]
+    modules = [m for group in groups for m in group]
+    roots = {id(group[0]) for group in groups if group}
     for module in modules:
         module.unshard()
     for module in modules:
@@ -109,7 +113,7 @@ def unsharded(*models: torch.nn.Module | None) -> Iterator[None]:
     finally:
         for module in modules:
             module.reshard()
-            module.set_reshard_after_forward(True, recurse=False)
+            module.set_reshard_after_forward(id(module) not in roots, recurse=False)
 
 
 def full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
