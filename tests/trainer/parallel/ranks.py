@@ -204,7 +204,57 @@ def job_train(out: str, args: dict) -> None:
                           "seconds": time.perf_counter() - start, "threads": torch.get_num_threads()})
 
 
-JOBS = {"update": job_update, "train": job_train}
+# ---- job "generate": the transformers backend on a sharded policy
+
+
+def job_generate(out: str, args: dict) -> None:
+    """Sample with the policy whole (before the process group exists), then with the same
+    policy sharded under :func:`~trainer.stages.rl.generating`'s context, each rank making a
+    different number of calls with prompts of different lengths; then a forward and backward
+    on the shards (they are sharded again) and the full tensors against the original state."""
+    import copy
+
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    from trainer.models.backbones import load_pretrained
+    from trainer.models.transformers_backend import TransformersBackend
+    from trainer.parallel.shard import full_tensors, shard, unsharded
+    from trainer.stages.warm_start import bundle_path
+
+    model, tok = load_pretrained(str(bundle_path("ezpoints")), torch.float32, "cpu")
+    rank = int(os.environ["RANK"])
+    texts = ["Reach 24 with 3 8 1 1.", "Numbers 4 4 6 2, target 10.", "Start."][: 2 + rank]
+    calls = [[tok.encode(t) for t in texts[: 1 + i]] for i in range(1 + rank)]  # rank r: r + 1 calls
+
+    def sample(backend):
+        start = time.perf_counter()
+        got = [[(g.token_ids, g.logprobs) for g in backend.generate(
+            prompts, max_new_tokens=args.get("tokens", 24), temperature=1.0, seeds=list(range(len(prompts))),
+            stop_strings=(), stop_token_ids=[])] for prompts in calls]
+        return got, time.perf_counter() - start
+
+    original = copy.deepcopy(model.state_dict())
+    expected, plain_s = sample(TransformersBackend(model, tok))
+    _init()
+    shard(model)
+    full = sum(p.numel() * p.element_size() for p in original.values())
+    local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
+    with unsharded(model):
+        got, sharded_s = sample(TransformersBackend(model, tok))
+    assert all(isinstance(p, DTensor) for p in model.parameters())  # sharded again
+    loss = model(input_ids=torch.tensor([calls[0][0]])).logits.float().logsumexp(-1).sum()
+    loss.backward()
+    diff, keys = 0.0, []
+    for name, tensor in full_tensors(model):
+        keys.append(name)
+        diff = max(diff, float((tensor - original[name]).abs().max()))
+    _write(out, "generate", {"same": got == expected, "calls": len(calls), "plain_s": plain_s,
+                             "sharded_s": sharded_s, "full_bytes": full, "shard_bytes": local,
+                             "keys_equal": keys == list(original), "full_tensor_diff": diff})
+
+
+JOBS = {"update": job_update, "train": job_train, "generate": job_generate}
 
 
 if __name__ == "__main__":
