@@ -15,6 +15,7 @@ from trainer.config import ModelConfig, VLLMConfig, is_builtin_backbone
 from trainer.models.generation import STOP_STRINGS, Generation, GenerationBackend, prepare_request
 from trainer.models.precision import compute_dtype
 from trainer.models.vision import vision_token_ids
+from trainer.parallel.shard import full_tensors
 
 
 class VLLMBackend(GenerationBackend):
@@ -180,9 +181,11 @@ class VLLMBackend(GenerationBackend):
 
     def _push(self) -> None:
         """Copy ``model``'s weights into the engine, one tensor at a time (a generator, never a
-        second state dict), in the engine's dtype; then drop the prefix cache."""
+        second state dict), in the engine's dtype; then drop the prefix cache.  A sharded
+        policy's tensors are gathered from the ranks as they are reached (``full_tensor()``),
+        every rank pushing to its own engine in step."""
         dtype = self.dtype
-        weights = ((name, tensor.detach().to(dtype)) for name, tensor in self.model.state_dict().items())
+        weights = ((name, tensor.detach().to(dtype)) for name, tensor in full_tensors(self.model))
         self.llm.collective_rpc(_reload_weights, args=(weights,))
         self.llm.reset_prefix_cache()
         self._synced = weights_version(self.model)

@@ -227,14 +227,16 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
     return library
 
 
-def start_rl(ctx: Components, resume: Path | None = None) -> None:
+def start_rl(ctx: Components, resume: Path | None = None,
+             shard: Callable[[Components], None] | None = None) -> None:
     """Freeze the reference policy, build the writer and the optimizer (after the SFT
     stages, so that the reference and the self writer start from the RL initialisation).
 
     ``resume``: the checkpoint folder a resumed run continues from; the reference is then
     restored from the run's saved RL initialisation (:func:`trainer.checkpoint.rl_init_path`)
     and a frozen writer snapshot from the checkpoint, bit for bit, instead of being rebuilt
-    from the resumed policy."""
+    from the resumed policy.  ``shard`` (data-parallel ranks, :func:`trainer.parallel.shard_policy`)
+    shards the policy and the reference in place before AdamW is built on the shards."""
     cfg = ctx.cfg
     if cfg.algo.kl_coef > 0:
         ctx.reference = frozen_copy(ctx.model)  # stored in the compute dtype
@@ -245,5 +247,7 @@ def start_rl(ctx: Components, resume: Path | None = None) -> None:
     ctx.writer = make_writer(ctx, cfg.writer.kind if ctx.spec.skills else "none")
     if resume is not None and frozen_writer(ctx) is not None and (Path(resume) / WRITER).exists():
         ctx.writer.restore(Path(resume) / WRITER)
+    if shard is not None:
+        shard(ctx)
     ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=cfg.algo.lr,
                                       weight_decay=cfg.algo.weight_decay)
