@@ -12,7 +12,8 @@ run's output folder.
   run is on GPUs (``model.device: cuda``, or ``auto`` on a cluster with GPUs). Inside a
   study's trial the study file's ``resources`` stay per trial: each rank takes its share
   (``resources.gpus: 8`` with ``parallel.workers: 8`` is one GPU a rank), and the Tune trial
-  itself books nothing (Train V2's controller takes no CPU), so no GPU is booked twice.
+  itself books no GPU and a hundredth of a CPU (:data:`TRIAL_CPU`, taken from the ranks'
+  share; Train V2's controller takes none), so nothing is booked twice.
 * **Failures.** A rank that raises ends the whole run (``FailureConfig(max_failures=0)``):
   the launcher raises :class:`RanksFailed` with the rank's traceback, and the run is marked
   FAILED with it (``traceback.txt``), by the trial (a sweep) or here (``hindsight train``).
@@ -31,6 +32,10 @@ from pathlib import Path
 from trainer.config import ConfigError, RunConfig, from_dict, to_dict
 
 RESULT_FILE = "ranks_result.json"  # rank 0's RunResult, read back by the launcher
+# What the Tune trial of a parallel run books itself: Tune refuses a trial of no resources,
+# and the trial only waits on Train's controller (which takes none); the ranks share the rest
+# of the trial's CPUs, so a trial still books exactly its study file's resources.
+TRIAL_CPU = 0.01
 
 
 class RanksFailed(RuntimeError):
@@ -58,7 +63,7 @@ def rank_resources(workers: int, gpu: bool, trial: dict[str, float] | None = Non
     one GPU."""
     if trial is None:
         return {"CPU": 1.0, **({"GPU": 1.0} if gpu else {})}
-    cpus, gpus = float(trial.get("cpu", 1.0)), float(trial.get("gpu", 0.0))
+    cpus, gpus = float(trial.get("cpu", 1.0)) - TRIAL_CPU, float(trial.get("gpu", 0.0))
     if gpu and gpus < workers:
         raise ConfigError(f"resources.gpus: {gpus:g} GPUs a trial cannot give each of parallel.workers={workers} "
                           f"ranks a GPU; set resources.gpus to {workers} (resources are per trial)")

@@ -30,7 +30,7 @@ from typing import Any
 
 from sweeps import search as optuna_search
 from sweeps.locks import study_lock
-from sweeps.ranks import train_on_ranks, trial_concurrency
+from sweeps.ranks import TRIAL_CPU, train_on_ranks, trial_concurrency
 from sweeps.ray_auth import refusal_message, refused, token_source, use_auth
 from sweeps.reach import check_ray_address, check_uri
 from sweeps.status import (
@@ -87,9 +87,10 @@ def study_workers(study: Study) -> int:
 
 def trial_resources(study: Study) -> dict[str, float]:
     """What ``tune.with_resources`` books a trial: the study's per-trial resources, or for
-    a parallel study nothing, since its ranks book their shares themselves (Train V2's
-    controller takes no CPU) and the same GPUs must not be booked twice."""
-    return {"cpu": 0.0} if study_workers(study) > 1 else study.resources.ray()
+    a parallel study a hundredth of a CPU (Tune needs some), since its ranks book their
+    shares themselves (Train V2's controller takes no CPU) and the same GPUs must not be
+    booked twice."""
+    return {"cpu": TRIAL_CPU} if study_workers(study) > 1 else study.resources.ray()
 
 
 class TrialFailed(RuntimeError):

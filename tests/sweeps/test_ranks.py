@@ -1,5 +1,5 @@
 """sweeps/ranks.py and the runner's booking of parallel trials: a study's resources stay per
-trial, each rank takes its share, the Tune trial books nothing itself, and the number of
+trial, each rank takes its share, the Tune trial books a hundredth of a CPU and no GPU, and the number of
 trials at once follows the cluster's GPUs (CPUs without GPUs)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from support.paths import DATA
-from sweeps.ranks import rank_resources, trial_concurrency, wants_gpu
+from sweeps.ranks import TRIAL_CPU, rank_resources, trial_concurrency, wants_gpu
 from sweeps.runner import study_workers, trial_resources
 from sweeps.study import load_study
 from trainer.config import ConfigError
@@ -24,9 +24,9 @@ def _study(tmp_path, workers: int, resources: dict):
 
 
 def test_a_rank_takes_its_share_of_the_trial():
-    assert rank_resources(8, True, {"cpu": 64, "gpu": 8}) == {"CPU": 8.0, "GPU": 1.0}
-    assert rank_resources(2, False, {"cpu": 2, "gpu": 0}) == {"CPU": 1.0}
-    assert rank_resources(2, False, {"cpu": 4, "gpu": 0, "accel": 2}) == {"CPU": 2.0, "accel": 1.0}
+    assert rank_resources(8, True, {"cpu": 64, "gpu": 8}) == {"CPU": (64 - TRIAL_CPU) / 8, "GPU": 1.0}
+    assert rank_resources(2, False, {"cpu": 2, "gpu": 0}) == {"CPU": (2 - TRIAL_CPU) / 2}
+    assert rank_resources(2, False, {"cpu": 4, "gpu": 0, "accel": 2}) == {"CPU": (4 - TRIAL_CPU) / 2, "accel": 1.0}
     assert rank_resources(4, True) == {"CPU": 1.0, "GPU": 1.0}  # hindsight train: a CPU and a GPU a rank
     assert rank_resources(4, False) == {"CPU": 1.0}
 
@@ -55,7 +55,9 @@ def test_a_parallel_trial_books_nothing_itself(tmp_path):
     one = _study(tmp_path, 1, {"cpus": 2})
     assert study_workers(one) == 1 and trial_resources(one) == {"cpu": 2.0, "gpu": 0.0}
     two = _study(tmp_path, 2, {"cpus": 2})
-    assert study_workers(two) == 2 and trial_resources(two) == {"cpu": 0.0}
+    assert study_workers(two) == 2 and trial_resources(two) == {"cpu": TRIAL_CPU}
+    # the trial and its ranks book the study file's resources once, no more
+    assert TRIAL_CPU + 2 * rank_resources(2, False, two.resources.ray())["CPU"] == pytest.approx(2.0)
 
 
 # -- end to end on Ray Train (slow: a local Ray, two gloo ranks on two cores) --------------
@@ -105,13 +107,14 @@ def test_hindsight_train_runs_two_ranks_on_ray_train(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_sweep_trial_of_two_ranks_runs_through_tune_and_train(tmp_path):
     """A study whose base sets parallel.workers: 2 and resources {cpus: 2}: one Tune trial
-    that books nothing, its two ranks a CPU each, on this 2-core machine; the child run
+    (a hundredth of a CPU), its two ranks the rest, on this 2-core machine; the child run
     FINISHED once per step."""
     from support.paths import EXAMPLES
     from sweeps.runner import run_study
 
     path = tmp_path / "study.yaml"
-    sets = dict(o.split("=", 1) for o in _overrides(tmp_path) if not o.startswith(("output.", "tracking.")))
+    sets = {k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in _overrides(tmp_path))
+            if not k.startswith(("output.", "tracking."))}
     path.write_text(yaml.safe_dump({"name": "ranks2", "base": str(EXAMPLES / "ezpoints_small.yaml"),
                                     "set": {**sets, "parallel.workers": 2}, "grid": {"seed": [0]},
                                     "resources": {"cpus": 2}, "out": str(tmp_path / "runs")}))

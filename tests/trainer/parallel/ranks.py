@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-MICRO = Path(__file__).resolve().parents[2] / "data" / "train_micro.yaml"
+MICRO = Path(__file__).resolve().parents[2] / "support" / "data" / "train_micro.yaml"
 
 
 def launch(world: int, job: str, out: str, args: dict, timeout: float = 900) -> float:
