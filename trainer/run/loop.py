@@ -73,8 +73,7 @@ def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, pr
     """Train ``cfg`` end to end and log it to MLflow (``run_id``: continue that run, as
     sweeps do after creating the child run).  Raises after marking the run FAILED."""
     cfg = resolve(cfg)
-    if active():
-        prepare_rank(cfg)
+    prepare_rank(cfg)  # data-parallel ranks: the group checked, this rank's device
     out = Path(cfg.output.dir)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = latest_checkpoint(out) if resume else None

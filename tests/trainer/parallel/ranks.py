@@ -184,6 +184,10 @@ def job_train(out: str, args: dict) -> None:
 
     _init()
     cfg = load_config(args["config"], args["overrides"])
+    if args.get("no_push"):  # the engines keep the weights they started with
+        from trainer.models.vllm_backend import VLLMBackend
+
+        VLLMBackend._push = lambda self: setattr(self, "_synced", None)
     if args.get("crash_in_step"):
         real, calls = loop.update, []
 
