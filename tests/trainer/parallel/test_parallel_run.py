@@ -126,3 +126,25 @@ def test_ranks_must_match_parallel_workers(tmp_path):
     assert done.returncode != 0
     assert done.stderr.count("parallel.workers is 1 but the process group has 2 ranks") >= 2, done.stderr[-3000:]
     assert not (tmp_path / "mlruns.db").exists()
+
+
+@pytest.mark.slow
+def test_ranks_split_the_panels_and_evaluate_as_one_process(uninterrupted, tmp_path):
+    """Step 0 (the warm start's weights on every rank): the panel's episodes played in two
+    blocks, seeded as one process seeds them, give the one-process evaluation exactly; the
+    wall times of both runs are printed (the same config on this machine's cores)."""
+    import time
+
+    from trainer.run.loop import train
+    from trainer.run.resolve import load_config
+
+    out, results = uninterrupted
+    cfg = load_config(EZPOINTS, overrides(tmp_path, "parallel.workers=1"))
+    start = time.perf_counter()
+    single = train(cfg, progress=False)
+    seconds = time.perf_counter() - start
+    keys = ("eval/eval/success", "eval/eval/invalid_rate", "eval/eval/episode_length", "eval/eval/score")
+    one, two = history(tmp_path, single.run_id, keys), history(out, results[0]["run_id"], keys)
+    for key in keys:
+        assert one[key][0] == two[key][0], key  # (0, value) at step 0
+    print(f"train(): 1 process {seconds:.1f} s, 2 ranks {results[0]['seconds']:.1f} s")
