@@ -15,6 +15,7 @@ from trainer.config import ModelConfig, VLLMConfig, is_builtin_backbone
 from trainer.models.generation import STOP_STRINGS, Generation, GenerationBackend, prepare_request
 from trainer.models.precision import compute_dtype
 from trainer.models.vision import vision_token_ids
+from trainer.parallel.group import active
 from trainer.parallel.shard import full_tensors
 
 
@@ -98,6 +99,10 @@ class VLLMBackend(GenerationBackend):
         # flag reserves the engine's memory in a pool that sleep() can free.
         if settings.sleep_level and current_platform.is_sleep_mode_available():
             extra["enable_sleep_mode"] = True
+        if active():
+            # one engine per data-parallel rank, tensor parallel 1, inside the launcher's
+            # process group (TRL's colocate mode); each rank pushes its own engine the weights
+            extra["distributed_executor_backend"] = "external_launcher"
         self.llm = vllm.LLM(
             model=source,
             tokenizer=source,

@@ -29,6 +29,16 @@ def share_tasks(tasks: list) -> tuple[list, int]:
     return tasks[rank() * size:(rank() + 1) * size], rank() * size
 
 
+def share_block(n: int) -> tuple[int, int, bool]:
+    """This rank's block ``lo .. hi`` of ``n`` items (an evaluation panel's episodes), as
+    even as possible, and whether the items are split at all: with fewer items than ranks
+    every rank takes all of them (every rank must generate, an engine's weight push being
+    a collective).  One process: ``(0, n, False)``."""
+    if not active() or n < world():
+        return 0, n, False
+    return rank() * n // world(), (rank() + 1) * n // world(), True
+
+
 def global_rows(n: int) -> tuple[int, int]:
     """(rows of the step's global batch, the global index of this rank's first row)."""
     if not active():

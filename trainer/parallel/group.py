@@ -1,10 +1,11 @@
 """Process-group facts and the few global reductions the data-parallel ranks need.
 
-A run is data parallel exactly when ``torch.distributed`` is initialized (the launcher,
-Ray Train's ``TorchTrainer`` or a test's spawned gloo ranks, has called
+A run is data parallel exactly when ``torch.distributed`` is initialized with more than one
+rank (the launcher, Ray Train's ``TorchTrainer`` or a test's spawned gloo ranks, has called
 ``init_process_group`` and set ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``); otherwise every
 helper here answers for one process (rank 0 of 1) without communicating, so the
-single-process path is unchanged.
+single-process path is unchanged.  A group of one rank is one process: vLLM's own engine
+initializes such a group in a single-process run.
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ import torch
 import torch.distributed as dist
 
 
-def active() -> bool:
-    """Whether this process is one rank of an initialized process group."""
+def initialized() -> bool:
+    """Whether a ``torch.distributed`` process group exists (of any size)."""
     return dist.is_available() and dist.is_initialized()
+
+
+def active() -> bool:
+    """Whether this process is one of several ranks of an initialized process group."""
+    return initialized() and dist.get_world_size() > 1
 
 
 def rank() -> int:
@@ -26,7 +32,7 @@ def rank() -> int:
 
 
 def world() -> int:
-    return dist.get_world_size() if active() else 1
+    return dist.get_world_size() if initialized() else 1
 
 
 def is_main() -> bool:

@@ -5,18 +5,24 @@ only rank 0 talk to MLflow (the others get a :class:`SilentLogger`)."""
 from __future__ import annotations
 
 from trainer.config import RunConfig
-from trainer.parallel.group import check_workers, select_device
+from trainer.parallel.group import active, check_workers, initialized, select_device
 from trainer.parallel.shard import broadcast_module, shard
 
 
-def prepare_rank(cfg: RunConfig) -> None:
-    """Check this rank's process group against ``cfg`` and pick its device."""
-    check_workers(cfg.parallel.workers)
+def prepare_rank(cfg: RunConfig) -> bool:
+    """Check the process group (if any) against ``parallel.workers``; on data-parallel
+    ranks pick this rank's device and refuse what is not sharded yet.  Returns whether this
+    run is data parallel."""
+    if initialized():
+        check_workers(cfg.parallel.workers)
+    if not active():
+        return False
     select_device()
     writer = cfg.writer
     if writer.kind == "frozen" or (writer.kind == "self" and writer.refresh_every != 1):
         raise ValueError("parallel.workers > 1 does not support a writer snapshot of the policy yet "
                          "(writer.kind frozen, or self with writer.refresh_every != 1)")
+    return True
 
 
 def shard_policy(ctx) -> None:

@@ -44,6 +44,7 @@ from trainer.models.generation import GenerationBackend, request_seed
 from trainer.models.paper_shapes import uses_local_tokenizer
 from trainer.models.precision import frozen_copy
 from trainer.models.vision import VisionCodec, is_vision_model
+from trainer.parallel.group import broadcast_object, is_main
 from trainer.run.checkpoint import WRITER, load_module, rl_init_path
 
 LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
@@ -218,9 +219,10 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
                         dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens,
                         ctx.builder.vision)
     hindsights = writer.write(trajectories, seed=request_seed("library-write", cfg.seed))
-    entries = library_from(trajectories, hindsights)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(entries, indent=1) + "\n")
+    entries = broadcast_object(library_from(trajectories, hindsights))  # data parallel: rank 0's
+    if is_main():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(entries, indent=1) + "\n")
     library = StaticWriter(entries, allow_empty=True)
     library.metrics = {"library/size": float(len(entries)),
                        "library/valid_rate": sum(h.valid for h in hindsights) / max(1, len(hindsights))}

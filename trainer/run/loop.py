@@ -28,7 +28,7 @@ from trainer.config import RunConfig
 from trainer.episodes.records import build_records
 from trainer.models.folders import require_model_folder
 from trainer.parallel import checkpoint as sharded
-from trainer.parallel.batches import reduce_step_metrics
+from trainer.parallel.batches import global_rows, reduce_step_metrics
 from trainer.parallel.group import active, broadcast_object, gather_objects, is_main
 from trainer.parallel.run import SilentLogger, prepare_rank, shard_policy
 from trainer.run.checkpoint import (
@@ -73,8 +73,7 @@ def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, pr
     """Train ``cfg`` end to end and log it to MLflow (``run_id``: continue that run, as
     sweeps do after creating the child run).  Raises after marking the run FAILED."""
     cfg = resolve(cfg)
-    if active():
-        prepare_rank(cfg)
+    prepare_rank(cfg)  # data-parallel ranks: the group checked, this rank's device
     out = Path(cfg.output.dir)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = latest_checkpoint(out) if resume else None
@@ -230,7 +229,11 @@ def _evaluate(ctx: Components, logger: RunLogger, out: Path, step: int, batch) -
     if batch is not None:
         train = build_records(step, "train", batch.trajectories, batch.group_ids, batch.hindsights,
                               batch.deltas, batch.old.turn_ids, batch.old.mask, ctx.cfg.algo.beta_opd)
-        frames += gather_objects(train) if active() else [train]  # every rank's trajectories
+        if active():  # every rank's trajectories, numbered as rows of the step's global batch
+            train["traj"] += global_rows(len(batch.trajectories))[1]
+            frames += gather_objects(train)
+        else:
+            frames.append(train)
         if batch.hindsights:
             logger.log_text(_skills_text(ctx, batch), f"skills/step_{step:06d}.txt")
     if ctx.cfg.tracking.records and is_main():

@@ -184,6 +184,10 @@ def job_train(out: str, args: dict) -> None:
 
     _init()
     cfg = load_config(args["config"], args["overrides"])
+    if args.get("no_push"):  # the engines keep the weights they started with
+        from trainer.models.vllm_backend import VLLMBackend
+
+        VLLMBackend._push = lambda self: setattr(self, "_synced", None)
     if args.get("crash_in_step"):
         real, calls = loop.update, []
 
@@ -254,7 +258,54 @@ def job_generate(out: str, args: dict) -> None:
                              "keys_equal": keys == list(original), "full_tensor_diff": diff})
 
 
-JOBS = {"update": job_update, "train": job_train, "generate": job_generate}
+# ---- job "heads": gradients of a tied and an untied LM head through the sharded root
+
+
+def job_heads(out: str, args: dict) -> None:
+    """The scoring path (decoder, then the head called on its own) on a sharded model gives
+    the one-process gradients of every parameter, the LM head tied to the embeddings or not
+    (Qwen2.5-7B's is untied): the relative max difference per case."""
+    import copy
+
+    import torch
+
+    from trainer.episodes.samples import TokenSequence
+    from trainer.episodes.scoring import sequence_logprobs
+    from trainer.models.backbones import load_pretrained
+    from trainer.parallel.shard import shard
+    from trainer.stages.warm_start import bundle_path
+
+    sequences = [TokenSequence(tuple(range(5, 5 + n)), (0,) * 3 + (1,) * (n - 3), (-1,) * 3 + (0,) * (n - 3))
+                 for n in (9, 14, 6, 11)]
+    cases = {}
+    for tied in (True, False):
+        model, _ = load_pretrained(str(bundle_path("ezpoints")), torch.float32, "cpu")
+        if not tied:
+            model.config.tie_word_embeddings = False
+            model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone() * 1.5)
+        cases[tied] = (model, copy.deepcopy(model))
+
+    def loss(m, rows):
+        logp = sequence_logprobs(m, [sequences[i] for i in rows], 2, grad=True, with_entropy=False)[0]
+        return logp.sum() / 4  # a share of the 4-sequence batch
+
+    expected = {}
+    for tied, (_, single) in cases.items():
+        loss(single, range(4)).backward()
+        expected[tied] = {n: p.grad.clone() for n, p in single.named_parameters()}
+    _init()
+    rank = int(os.environ["RANK"])
+    result = {}
+    for tied, (model, _) in cases.items():
+        shard(model)
+        loss(model, [2 * rank, 2 * rank + 1]).backward()
+        got = {n: p.grad.full_tensor() for n, p in model.named_parameters(remove_duplicate=False)}
+        result["tied" if tied else "untied"] = max(
+            float((got[n] - g).abs().max() / g.abs().max().clamp(min=1e-12)) for n, g in expected[tied].items())
+    _write(out, "heads", result)
+
+
+JOBS = {"update": job_update, "train": job_train, "generate": job_generate, "heads": job_heads}
 
 
 if __name__ == "__main__":

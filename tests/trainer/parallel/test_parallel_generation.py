@@ -24,3 +24,12 @@ def test_sharded_policy_generates_as_the_whole_model(tmp_path):
         assert r["same"], r  # token ids and log-probs identical to the unsharded model's
         assert r["keys_equal"] and r["full_tensor_diff"] == 0.0, r
         assert r["shard_bytes"] < 0.5 * r["full_bytes"], r  # each rank holds about half
+
+
+def test_tied_and_untied_heads_get_the_one_process_gradients(tmp_path):
+    """Scoring calls the decoder and then the LM head on its own; the head is in the root
+    group (trainer/parallel/shard.py), so its gradient, and a tied embedding's, is reduced
+    over the ranks like any other (outside it: off by 50% tied, never sharded untied)."""
+    subprocess.run([sys.executable, str(RANKS), "launch", "2", "heads", str(tmp_path), "{}"], check=True, timeout=600)
+    result = json.loads((tmp_path / "heads_rank0.json").read_text())
+    assert result["tied"] < 1e-5 and result["untied"] < 1e-5, result

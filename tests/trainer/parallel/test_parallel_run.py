@@ -73,6 +73,11 @@ def test_two_ranks_train_one_run_once_per_step_with_sharded_checkpoints(uninterr
         assert [s for s, _ in logged[key]] == [1, 2], (key, logged[key])
     assert [s for s, _ in logged["eval/eval/success"]] == [0, 2]
     assert logged["perf/context_tokens"][0][1] > 0
+    import pandas as pd
+
+    records = pd.read_parquet(out / "out" / "records" / "step_000002.parquet")  # rank 0 wrote both ranks'
+    train = records[records["split"] == "train"]
+    assert sorted(set(train["traj"])) == list(range(8)) and sorted(set(train["group"])) == [0, 1]
     ckpt = latest_checkpoint(out / "out")
     assert ckpt is not None and ckpt.name == "step_000002"
     assert {"COMPLETE", "model", "sharded", "rng_rank0.pt", "rng_rank1.pt", "trainer_state.pt"} <= \
@@ -111,3 +116,35 @@ def test_a_killed_two_rank_run_resumes_to_the_same_step(uninterrupted, tmp_path)
     want = weights(reference_out / "out" / "checkpoints" / "step_000002")
     assert final.keys() == want.keys()
     assert all(torch.equal(final[k], want[k]) for k in want)
+
+
+def test_ranks_must_match_parallel_workers(tmp_path):
+    """Two ranks for a run that says one: a clear error on every rank, before any run exists."""
+    payload = json.dumps({"config": str(EZPOINTS), "overrides": overrides(tmp_path, "parallel.workers=1")})
+    done = subprocess.run([sys.executable, str(RANKS), "launch", "2", "train", str(tmp_path), payload],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    assert done.stderr.count("parallel.workers is 1 but the process group has 2 ranks") >= 2, done.stderr[-3000:]
+    assert not (tmp_path / "mlruns.db").exists()
+
+
+@pytest.mark.slow
+def test_ranks_split_the_panels_and_evaluate_as_one_process(uninterrupted, tmp_path):
+    """Step 0 (the warm start's weights on every rank): the panel's episodes played in two
+    blocks, seeded as one process seeds them, give the one-process evaluation exactly; the
+    wall times of both runs are printed (the same config on this machine's cores)."""
+    import time
+
+    from trainer.run.loop import train
+    from trainer.run.resolve import load_config
+
+    out, results = uninterrupted
+    cfg = load_config(EZPOINTS, overrides(tmp_path, "parallel.workers=1"))
+    start = time.perf_counter()
+    single = train(cfg, progress=False)
+    seconds = time.perf_counter() - start
+    keys = ("eval/eval/success", "eval/eval/invalid_rate", "eval/eval/episode_length", "eval/eval/score")
+    one, two = history(tmp_path, single.run_id, keys), history(out, results[0]["run_id"], keys)
+    for key in keys:
+        assert one[key][0] == two[key][0], key  # (0, value) at step 0
+    print(f"train(): 1 process {seconds:.1f} s, 2 ranks {results[0]['seconds']:.1f} s")
