@@ -123,3 +123,23 @@ def test_a_sweep_trial_of_two_ranks_runs_through_tune_and_train(tmp_path):
     assert status is not None and status.complete
     run, _ = _one_run_once_per_step(study.store_uri, study.experiment)
     assert run.info.status == "FINISHED" and run.data.params["parallel.workers"] == "2"
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_fails_the_run_with_its_traceback(tmp_path, capsys):
+    """A run the ranks refuse (a frozen writer snapshot is not sharded yet): Ray Train ends
+    the ranks, `hindsight train` exits 1, and the run the launcher created is FAILED with the
+    rank's error in traceback.txt."""
+    from support.paths import EXAMPLES
+    from sweeps.cli import main
+    from trainer.run.store import make_client
+
+    sets = [x for o in [*_overrides(tmp_path), "parallel.workers=2", "writer.kind=frozen"] for x in ("--set", o)]
+    assert main(["train", str(EXAMPLES / "ezpoints_small.yaml"), *sets]) == 1
+    assert "2 ranks of" in capsys.readouterr().out
+    client = make_client(f"sqlite:///{tmp_path / 'mlruns.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("hindsight").experiment_id])
+    assert run.info.status == "FAILED"
+    client.download_artifacts(run.info.run_id, "traceback.txt", str(tmp_path))
+    text = (tmp_path / "traceback.txt").read_text()
+    assert "writer snapshot" in text
