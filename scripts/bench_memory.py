@@ -45,7 +45,8 @@ def measure(overrides: list[str], out: str) -> dict:
     from trainer.stages.rl import PhaseTimer, collect_batch, update
 
     torch.set_num_threads(1)
-    cfg = resolve(load_config(ROOT / "tests" / "data" / "train_micro.yaml", [*overrides, f"output.dir={out}"]))
+    micro = ROOT / "tests" / "support" / "data" / "train_micro.yaml"
+    cfg = resolve(load_config(micro, [*overrides, f"output.dir={out}"]))
     env_factory(cfg)().panel(cfg.env.train_split)  # the env's own memory before the baseline
     before = _rss_bytes()
     ctx = build_components(cfg)

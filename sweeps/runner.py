@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -29,6 +30,7 @@ from typing import Any
 
 from sweeps import search as optuna_search
 from sweeps.locks import study_lock
+from sweeps.ranks import TRIAL_CPU, train_on_ranks, trial_concurrency
 from sweeps.ray_auth import refusal_message, refused, token_source, use_auth
 from sweeps.reach import check_ray_address, check_uri
 from sweeps.status import (
@@ -69,6 +71,26 @@ def default_train_fn(cfg, *, run_id=None, resume=False, progress=True):
     from trainer.run.loop import train
 
     return train(cfg, run_id=run_id, resume=resume, progress=progress)
+
+
+def ranks_train_fn(cfg, *, run_id=None, resume=False, progress=True, trial_resources=None):
+    """A trial of ``parallel.workers`` > 1: its ranks as Ray Train workers, each taking its
+    share of the trial's ``trial_resources`` (:mod:`sweeps.ranks`)."""
+    return train_on_ranks(cfg, run_id=run_id, resume=resume, progress=progress,
+                          trial_resources=trial_resources)
+
+
+def study_workers(study: Study) -> int:
+    """The ranks of each of the study's runs (``parallel.workers`` of its base config)."""
+    return study.base.parallel.workers
+
+
+def trial_resources(study: Study) -> dict[str, float]:
+    """What ``tune.with_resources`` books a trial: the study's per-trial resources, or for
+    a parallel study a hundredth of a CPU (Tune needs some), since its ranks book their
+    shares themselves (Train V2's controller takes no CPU) and the same GPUs must not be
+    booked twice."""
+    return {"cpu": TRIAL_CPU} if study_workers(study) > 1 else study.resources.ray()
 
 
 class TrialFailed(RuntimeError):
@@ -330,10 +352,13 @@ def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search
          log_of: Callable[[Any], str] = lambda t: "",
          on_error: Callable[[Any, str], None] = lambda t, reason: None,
          max_failures: int = 0) -> None:
+    import ray
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler
 
-    resources = study.resources.ray()
+    resources = trial_resources(study)
+    if study_workers(study) > 1 and not max_concurrent:  # Tune sees no resources: count them here
+        max_concurrent = trial_concurrency(study.resources.ray(), ray.cluster_resources())
     console = Console(echo, total, bar)
     name_of = (lambda t: t.config["trial"]["name"]) if "trial" in param_space else (lambda t: f"search_{t.trial_id}")
     tuner = tune.Tuner(
@@ -369,6 +394,8 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
     """
     conc = study.max_concurrent if max_concurrent is None else max_concurrent
     check_services(study, "" if dry_run else (address or study.ray_address))
+    if train_fn is None and study_workers(study) > 1:
+        train_fn = functools.partial(ranks_train_fn, trial_resources=study.resources.ray())
     if study.search is not None:
         return _run_search(study, train_fn, conc, address, dry_run, echo, bar)
     plan = plan_trials(expand(study), study_children(study), retry_failed)

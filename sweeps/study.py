@@ -94,8 +94,11 @@ STUDY_FIELDS: dict[str, KeySpec] = {
                     "`[base.seed]`). Cannot be combined with `search`."),
     "search": KeySpec("mapping", None, "An Optuna search instead of a grid (keys below).", ""),
     "resources": KeySpec("mapping", {}, "Ray resources per trial: `cpus`, `gpus`, `custom` "
-                         "(keys below)."),
-    "max_concurrent": KeySpec("integer", 0, "Trials running at once; 0 = as resources allow.",
+                         "(keys below). Per trial whatever `parallel.workers` is: a trial of N "
+                         "ranks gives each rank 1/N of them (`gpus: 8` with 8 workers: a GPU a "
+                         "rank)."),
+    "max_concurrent": KeySpec("integer", 0, "Trials running at once; 0 = as resources allow "
+                              "(for parallel runs: the cluster's GPUs, or CPUs, over a trial's).",
                               ">= 0"),
     "tracking_uri": KeySpec("string", "", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI, "
                             "else `sqlite:///<out>/mlruns.db`."),

@@ -65,7 +65,7 @@ def test_paper_studies_set_lambda_opd_per_method(name):
         assert resolve(trial.cfg).algo.lambda_opd == get_method(method).lambda_opd, method
 
 
-@pytest.mark.parametrize("path", ["household_small.yaml", "papers/seed_table5_alfworld.yaml",
+@pytest.mark.parametrize("path", ["household_small.yaml", "papers/seed_table5_alfworld_base.yaml",
                                   "papers/etro_appendix_b_webshop_base.yaml"])
 def test_the_invalid_penalty_is_set_explicitly(path):
     """The default reward is the papers' binary outcome (env.invalid_penalty 0); a study

@@ -42,6 +42,9 @@ def train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue from the latest checkpoint in output.dir")
     parser.add_argument("--run-id", default=None, help="continue this MLflow run id")
+    parser.add_argument("--address", default="",
+                        help="with parallel.workers > 1: the Ray cluster whose workers run the "
+                             "ranks (default: a local Ray started here, token-authenticated)")
 
 
 def evaluate(parser: argparse.ArgumentParser) -> None:

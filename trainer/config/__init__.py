@@ -34,6 +34,7 @@ from trainer.config.schema import (
     EvalConfig,
     ModelConfig,
     OutputConfig,
+    ParallelConfig,
     RLConfig,
     RolloutConfig,
     RunConfig,
@@ -51,7 +52,7 @@ from trainer.config.schema import (
 __all__ = [
     "DEFAULT_LR", "DEFAULT_LR_TINY", "SHAPE_SUFFIX", "SMOLLM2_BACKBONE", "TINY_BACKBONE", "TINY_BACKBONES",
     "TINY_VL_BACKBONE", "AlgoConfig", "ConfigError", "EnvConfig", "EvalConfig", "ModelConfig", "OutputConfig",
-    "RLConfig", "RolloutConfig", "RunConfig", "SkillSFTConfig", "StagesConfig", "TinyModelConfig",
+    "ParallelConfig", "RLConfig", "RolloutConfig", "RunConfig", "SkillSFTConfig", "StagesConfig", "TinyModelConfig",
     "TrackingConfig", "VLLMConfig", "WarmStartConfig", "WriterConfig", "apply_overrides", "canonical_json",
     "field_help", "field_types", "flatten", "from_dict", "is_builtin_backbone", "parse_override", "read_yaml",
     "to_dict", "unknown_key_error", "unknown_name_error", "yaml_load",

@@ -398,6 +398,15 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class ParallelConfig:
+    # Data-parallel ranks of one run (torch FSDP2: parameters, gradients and AdamW states
+    # sharded over the ranks, each rank playing its share of the step's tasks); 1 = one
+    # process. Where, not what: the update equals the one-process update; left out of the
+    # cell id. rollout.tasks_per_step must be a multiple of it.
+    workers: int = field(default=1, metadata={"ge": 1})
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -410,6 +419,7 @@ class RunConfig:
     # Seed of everything random in the run (sampling, init, tasks); a study's seed axis.
     seed: int = field(default=0, metadata={"ge": 0})
     output: OutputConfig = field(default_factory=OutputConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
 
 _FIELD = re.compile(r"^\s+(\w+)\s*:")

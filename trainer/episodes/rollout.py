@@ -58,14 +58,16 @@ def collect(
     skills: Sequence[str | None] | None = None,
     seed: int | None = None,
     forced: Sequence[Sequence[str]] | None = None,
+    first: int = 0,
 ) -> tuple[list[Trajectory], int]:
     """Play one episode per entry of ``tasks`` (repeat a task N times for a GRPO group).
 
     ``skills[i]`` (None = none) is spliced into episode i's actor context (Skill-GRPO,
     Skill-Prompt).  ``seed`` makes sampling reproducible: episode i's request at turn r is
-    seeded with :func:`~trainer.backend.request_seed` ``(seed, r, i)``, so the episodes of a
-    group draw independent samples and an episode's do not depend on the others in the
-    call (None = unseeded).
+    seeded with :func:`~trainer.backend.request_seed` ``(seed, r, first + i)``, so the
+    episodes of a group draw independent samples and an episode's do not depend on the
+    others in the call (None = unseeded); ``first``: the index of ``tasks[0]`` in a longer
+    list this call plays a block of (a data-parallel rank's share of an evaluation panel).
     ``forced[i]``: response texts played first in episode i, as if the policy had written
     them (their turns are part of the trajectory; the recovery protocol's perturbed start).
     Returns the trajectories in input order and the number of generated tokens.
@@ -99,7 +101,7 @@ def collect(
             outs = backend.generate(
                 [prompt for prompt, _ in inputs], max_new_tokens=sampling.max_new_tokens,
                 temperature=sampling.temperature, top_p=sampling.top_p,
-                seeds=None if seed is None else [request_seed(seed, turn_index, i) for i in active],
+                seeds=None if seed is None else [request_seed(seed, turn_index, first + i) for i in active],
                 images=pictures if any(pictures) else None,
             )
             for i, out, image in zip(active, outs, shown):

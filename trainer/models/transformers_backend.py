@@ -34,6 +34,10 @@ class TransformersBackend(GenerationBackend):
     (no prefix reuse), and the vision tokens are never sampled (a sampled ``<|image_pad|>``
     would stand for an image that does not exist when the response is scored)."""
 
+    # It samples with the live policy itself: a sharded one must be whole meanwhile
+    # (trainer.stages.rl.generating), an engine would hold its own weights.
+    generates_with_model = True
+
     def __init__(
         self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 64,
         vision=None,

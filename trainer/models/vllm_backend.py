@@ -15,6 +15,8 @@ from trainer.config import ModelConfig, VLLMConfig, is_builtin_backbone
 from trainer.models.generation import STOP_STRINGS, Generation, GenerationBackend, prepare_request
 from trainer.models.precision import compute_dtype
 from trainer.models.vision import vision_token_ids
+from trainer.parallel.group import active
+from trainer.parallel.shard import full_tensors
 
 
 class VLLMBackend(GenerationBackend):
@@ -97,6 +99,10 @@ class VLLMBackend(GenerationBackend):
         # flag reserves the engine's memory in a pool that sleep() can free.
         if settings.sleep_level and current_platform.is_sleep_mode_available():
             extra["enable_sleep_mode"] = True
+        if active():
+            # one engine per data-parallel rank, tensor parallel 1, inside the launcher's
+            # process group (TRL's colocate mode); each rank pushes its own engine the weights
+            extra["distributed_executor_backend"] = "external_launcher"
         self.llm = vllm.LLM(
             model=source,
             tokenizer=source,
@@ -180,9 +186,11 @@ class VLLMBackend(GenerationBackend):
 
     def _push(self) -> None:
         """Copy ``model``'s weights into the engine, one tensor at a time (a generator, never a
-        second state dict), in the engine's dtype; then drop the prefix cache."""
+        second state dict), in the engine's dtype; then drop the prefix cache.  A sharded
+        policy's tensors are gathered from the ranks as they are reached (``full_tensor()``),
+        every rank pushing to its own engine in step."""
         dtype = self.dtype
-        weights = ((name, tensor.detach().to(dtype)) for name, tensor in self.model.state_dict().items())
+        weights = ((name, tensor.detach().to(dtype)) for name, tensor in full_tensors(self.model))
         self.llm.collective_rpc(_reload_weights, args=(weights,))
         self.llm.reset_prefix_cache()
         self._synced = weights_version(self.model)

@@ -44,6 +44,7 @@ from trainer.models.generation import GenerationBackend, request_seed
 from trainer.models.paper_shapes import uses_local_tokenizer
 from trainer.models.precision import frozen_copy
 from trainer.models.vision import VisionCodec, is_vision_model
+from trainer.parallel.group import broadcast_object, is_main
 from trainer.run.checkpoint import WRITER, load_module, rl_init_path
 
 LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
@@ -218,23 +219,26 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
                         dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens,
                         ctx.builder.vision)
     hindsights = writer.write(trajectories, seed=request_seed("library-write", cfg.seed))
-    entries = library_from(trajectories, hindsights)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(entries, indent=1) + "\n")
+    entries = broadcast_object(library_from(trajectories, hindsights))  # data parallel: rank 0's
+    if is_main():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(entries, indent=1) + "\n")
     library = StaticWriter(entries, allow_empty=True)
     library.metrics = {"library/size": float(len(entries)),
                        "library/valid_rate": sum(h.valid for h in hindsights) / max(1, len(hindsights))}
     return library
 
 
-def start_rl(ctx: Components, resume: Path | None = None) -> None:
+def start_rl(ctx: Components, resume: Path | None = None,
+             shard: Callable[[Components], None] | None = None) -> None:
     """Freeze the reference policy, build the writer and the optimizer (after the SFT
     stages, so that the reference and the self writer start from the RL initialisation).
 
     ``resume``: the checkpoint folder a resumed run continues from; the reference is then
     restored from the run's saved RL initialisation (:func:`trainer.checkpoint.rl_init_path`)
     and a frozen writer snapshot from the checkpoint, bit for bit, instead of being rebuilt
-    from the resumed policy."""
+    from the resumed policy.  ``shard`` (data-parallel ranks, :func:`trainer.parallel.shard_policy`)
+    shards the policy and the reference in place before AdamW is built on the shards."""
     cfg = ctx.cfg
     if cfg.algo.kl_coef > 0:
         ctx.reference = frozen_copy(ctx.model)  # stored in the compute dtype
@@ -245,5 +249,7 @@ def start_rl(ctx: Components, resume: Path | None = None) -> None:
     ctx.writer = make_writer(ctx, cfg.writer.kind if ctx.spec.skills else "none")
     if resume is not None and frozen_writer(ctx) is not None and (Path(resume) / WRITER).exists():
         ctx.writer.restore(Path(resume) / WRITER)
+    if shard is not None:
+        shard(ctx)
     ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=cfg.algo.lr,
                                       weight_decay=cfg.algo.weight_decay)

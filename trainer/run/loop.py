@@ -4,6 +4,10 @@ MLflow) and :func:`evaluate` (a checkpoint on the fixed panels).
 The loop is a short sequence of named phases; each lives in its own module:
 ``stages`` (SFT stages), ``rl`` (rollout, write, score, advantage, update), ``evaluate``,
 ``records``, ``checkpoint``; tracking goes through :class:`trainer.tracking.RunLogger`.
+On data-parallel ranks (an initialized ``torch.distributed`` process group, started by a
+launcher; :mod:`trainer.parallel`) each rank plays its share of every step on the sharded
+policy; rank 0 alone logs to MLflow and writes records, checkpoints are sharded, and every
+rank returns the same :class:`RunResult`.
 A crash marks the run FAILED with its traceback (``traceback.txt``); ``resume=True``
 continues the newest complete checkpoint in the same MLflow run at the same step.
 """
@@ -23,6 +27,10 @@ from tqdm.auto import tqdm
 from trainer.config import RunConfig
 from trainer.episodes.records import build_records
 from trainer.models.folders import require_model_folder
+from trainer.parallel import checkpoint as sharded
+from trainer.parallel.batches import global_rows, reduce_step_metrics
+from trainer.parallel.group import active, broadcast_object, gather_objects, is_main
+from trainer.parallel.run import SilentLogger, prepare_rank, shard_policy
 from trainer.run.checkpoint import (
     TrainerState,
     latest_checkpoint,
@@ -36,7 +44,7 @@ from trainer.run.resolve import resolve
 from trainer.run.store import tracking_uri
 from trainer.run.tracking import RunLogger
 from trainer.stages.evaluate import evaluate_panels
-from trainer.stages.rl import PhaseTimer, collect_batch, skill_texts, update
+from trainer.stages.rl import PhaseTimer, collect_batch, generating, skill_texts, update
 from trainer.stages.skill_sft import skill_sft, writer_validity
 from trainer.stages.step_metrics import step_metrics
 from trainer.stages.warm_start import (
@@ -65,6 +73,7 @@ def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, pr
     """Train ``cfg`` end to end and log it to MLflow (``run_id``: continue that run, as
     sweeps do after creating the child run).  Raises after marking the run FAILED."""
     cfg = resolve(cfg)
+    prepare_rank(cfg)  # data-parallel ranks: the group checked, this rank's device
     out = Path(cfg.output.dir)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = latest_checkpoint(out) if resume else None
@@ -72,8 +81,10 @@ def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, pr
         run_id = torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"]["run_id"] or None
     if ckpt is None and cfg.stages.warm_start.enabled and cfg.stages.warm_start.checkpoint:
         check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))  # before any run exists
-    logger = RunLogger(tracking_uri(cfg), cfg.tracking.experiment)
-    run_id = logger.start(cfg, run_id=run_id)
+    logger = RunLogger(tracking_uri(cfg), cfg.tracking.experiment) if is_main() else SilentLogger()
+    if is_main():
+        run_id = logger.start(cfg, run_id=run_id)
+    logger.run_id = run_id = broadcast_object(run_id)  # one run: rank 0's
     try:
         final = _train(cfg, logger, out, ckpt, progress)
     except BaseException as exc:
@@ -92,21 +103,28 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     ctx = build_components(cfg, init_from=init)
     if ckpt is None:
         _sft_stages(ctx, logger, progress, cache, cached)
-        start_rl(ctx)
+        start_rl(ctx, shard=shard_policy if active() else None)
         if ctx.library is not None and ctx.library.metrics:
             logger.log_metrics(0, ctx.library.metrics)
-        if ctx.reference is not None:
+        if ctx.reference is not None and active():
+            sharded.save_reference(ctx.reference, out)  # restored on resume
+        elif ctx.reference is not None:
             save_module(ctx.reference, rl_init_path(out))  # restored on resume
         state = TrainerState(run_id=logger.run_id)
         final = _evaluate(ctx, logger, out, 0, batch=None)
     else:
-        start_rl(ctx, resume=ckpt)
-        state = load_trainer_state(ckpt, ctx.optimizer)
+        start_rl(ctx, resume=ckpt, shard=shard_policy if active() else None)
+        if active():
+            if ctx.reference is not None:
+                sharded.load_reference(ctx.reference, out)
+            state = sharded.load_sharded(ckpt, ctx.model, ctx.optimizer)
+        else:
+            state = load_trainer_state(ckpt, ctx.optimizer)
         state.run_id = logger.run_id
         final = {}
     steps = cfg.stages.rl.steps if ctx.spec.trains else 0
     bar = tqdm(range(state.step + 1, steps + 1), desc=f"{cfg.algo.method}/{cfg.env.name}",
-               disable=not progress, initial=state.step, total=steps)
+               disable=not progress or not is_main(), initial=state.step, total=steps)
     for step in bar:
         metrics, batch = _rl_step(ctx, state, step)
         if _due(step, cfg.eval.every, steps):
@@ -116,8 +134,12 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
         state.step = step
         if _due(step, cfg.output.checkpoint_every, steps):
             logger.flush()
-            save_checkpoint(out, state, ctx.model, ctx.tokenizer, ctx.optimizer, cfg.output.keep_checkpoints,
-                            writer_snapshot=frozen_writer(ctx))
+            if active():
+                sharded.save_sharded(out, state, ctx.model, ctx.tokenizer, ctx.optimizer,
+                                     cfg.output.keep_checkpoints)
+            else:
+                save_checkpoint(out, state, ctx.model, ctx.tokenizer, ctx.optimizer, cfg.output.keep_checkpoints,
+                                writer_snapshot=frozen_writer(ctx))
         bar.set_postfix(success=f"{metrics['train/success']:.2f}")
     logger.flush()
     last = latest_checkpoint(out) if cfg.output.log_checkpoints else None
@@ -155,7 +177,7 @@ def _sft_stages(ctx: Components, logger: RunLogger, progress: bool, cache: Path 
                 metrics = warm_start(ctx, bar)
             metrics.update(timer.metrics())
         logger.log_metrics(0, {**metrics, "warm/cached": 0.0})
-        if cache is not None:
+        if cache is not None and is_main():
             save_warm_start(ctx, cache, metrics)
     if stages.skill_sft.enabled:
         with _bar(progress, "skill SFT") as bar:
@@ -190,7 +212,7 @@ def _rl_step(ctx: Components, state: TrainerState, step: int):
             raise NonFiniteLossError(
                 f"{in_row + 1} consecutive RL steps had a non-finite loss (last at step {step}); "
                 "lower algo.lr or check the inputs (stages.rl.max_nonfinite_in_row sets the limit)")
-    metrics = step_metrics(ctx, batch, timer)
+    metrics = reduce_step_metrics(step_metrics(ctx, batch, timer))  # over the ranks' trajectories
     metrics.update({k: v for k, v in loss_metrics.items() if math.isfinite(v)})
     metrics["train/nonfinite_steps"] = state.nonfinite_steps
     return metrics, batch
@@ -200,16 +222,21 @@ def _evaluate(ctx: Components, logger: RunLogger, out: Path, step: int, batch) -
     """Panels, per-turn records (evaluation episodes plus the step's training batch) and
     sample skills, logged as artifacts."""
     timer = PhaseTimer()
-    with timer("eval"):
+    with timer("eval"), generating(ctx):  # data parallel: every rank plays the whole panels
         metrics, records = evaluate_panels(ctx, step)
     metrics.update(timer.metrics())
     frames = [records]
     if batch is not None:
-        frames.append(build_records(step, "train", batch.trajectories, batch.group_ids, batch.hindsights,
-                                    batch.deltas, batch.old.turn_ids, batch.old.mask, ctx.cfg.algo.beta_opd))
+        train = build_records(step, "train", batch.trajectories, batch.group_ids, batch.hindsights,
+                              batch.deltas, batch.old.turn_ids, batch.old.mask, ctx.cfg.algo.beta_opd)
+        if active():  # every rank's trajectories, numbered as rows of the step's global batch
+            train["traj"] += global_rows(len(batch.trajectories))[1]
+            frames += gather_objects(train)
+        else:
+            frames.append(train)
         if batch.hindsights:
             logger.log_text(_skills_text(ctx, batch), f"skills/step_{step:06d}.txt")
-    if ctx.cfg.tracking.records:
+    if ctx.cfg.tracking.records and is_main():
         path = out / "records" / f"step_{step:06d}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
         pd.concat(frames, ignore_index=True).to_parquet(path, index=False)

@@ -3,7 +3,7 @@
 The backbone's architecture comes from its config alone (a local folder, the hub cache, or a
 bundled copy of the papers' backbones' configs under ``shape_configs/``) and its parameters
 are counted on the meta device: no weights are loaded.  The figures follow the trainer as it
-runs (:mod:`trainer.precision`, :mod:`trainer.rl`), P parameters, c bytes per element of the
+runs (:mod:`trainer.models.precision`, :mod:`trainer.stages.rl`), P parameters, c bytes per element of the
 compute dtype (2 for bfloat16, 4 for float32):
 
 * always held: the float32 master weights (4P) and AdamW's two float32 moments (8P), on a
@@ -21,6 +21,13 @@ compute dtype (2 for bfloat16, 4 for float32):
   layer is recomputed at a time,
   and the LM head's chunk (its logits and float32 log-softmax) is live once; the vLLM engine
   too unless it sleeps (``model.vllm.sleep_level``).
+
+With ``parallel.workers`` N > 1 the plan is one rank's (a GPU each): FSDP2 shards the
+masters, the moments, the gradients and the reference (1/N each); the
+rank's compute-dtype copies are the root group (embeddings and LM head, gathered from the
+forward to the end of the backward) and two decoder layers (one running, one prefetched)
+instead of the whole model's autocast copies; each rank's vLLM engine holds the full weights
+(tensor parallel 1); a rank's transformers KV cache holds its share of the step's rows.
 
 The peak is the larger of the two phases.  Stage 1 and the warm start update the same way on
 their own sequences (the writer's prompt and hindsight), so the update phase takes the
@@ -79,6 +86,17 @@ class Architecture:
     layers: int
     vocab: int
     heads: int
+    tied: bool = True  # the LM head shares the input embeddings' weight
+
+    @property
+    def root_params(self) -> int:
+        """The embeddings and the LM head (once when tied): FSDP's root group."""
+        return self.vocab * self.hidden * (1 if self.tied else 2)
+
+    @property
+    def layer_params(self) -> float:
+        """One decoder layer's parameters (what is not the root, over the depth)."""
+        return max(self.params - self.root_params, 0) / self.layers
 
 
 def backbone_config(model_cfg: ModelConfig):
@@ -122,7 +140,8 @@ def architecture(model_cfg: ModelConfig) -> Architecture:
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     return Architecture(params=sum(p.numel() for p in model.parameters()), hidden=text.hidden_size,
                         kv_width=head_dim * text.num_key_value_heads, intermediate=text.intermediate_size,
-                        layers=text.num_hidden_layers, vocab=text.vocab_size, heads=heads)
+                        layers=text.num_hidden_layers, vocab=text.vocab_size, heads=heads,
+                        tied=bool(getattr(config, "tie_word_embeddings", getattr(text, "tie_word_embeddings", True))))
 
 
 @dataclass(frozen=True)
@@ -142,6 +161,7 @@ class MemoryPlan:
     parts: tuple[Part, ...]
     device_bytes: float
     arch: Architecture
+    workers: int = 1  # the ranks of the run: the plan is one rank's, on its own GPU
 
     def phase(self, when: str) -> float:
         return sum(p.bytes for p in self.parts if p.when in ("always", when))
@@ -216,22 +236,30 @@ def _score_bytes(cfg: RunConfig, arch: Architecture, c: int) -> float:
 
 
 def plan_memory(cfg: RunConfig, device_gib: float = 80.0) -> MemoryPlan:
-    """The :class:`MemoryPlan` of a resolved run config on a device of ``device_gib`` GiB."""
+    """The :class:`MemoryPlan` of a resolved run config on a device of ``device_gib`` GiB:
+    with ``parallel.workers`` N > 1, one rank's, whose FSDP2 shards hold 1/N of the masters,
+    AdamW's moments, the gradients and the reference (:mod:`trainer.parallel`)."""
     arch = architecture(cfg.model)
     dtype = resolve_dtype(cfg.model.dtype, "cpu" if cfg.model.device == "cpu" else "cuda")  # a GPU unless cpu
     c = dtype.itemsize
     p = arch.params
+    n = cfg.parallel.workers
     name = str(dtype).removeprefix("torch.")
-    parts = [Part("weights (float32 masters)", 4 * p, "always"),
-             Part("optimizer (AdamW moments, float32)", 8 * p, "always")]
+    shard = f", 1/{n} a rank" if n > 1 else ""
+    parts = [Part(f"weights (float32 masters{shard})", 4 * p / n, "always"),
+             Part(f"optimizer (AdamW moments, float32{shard})", 8 * p / n, "always")]
     if cfg.model.device != "cpu":
         parts.append(Part("CUDA context and allocator slack", GPU_RUNTIME_GIB * GIB, "always"))
     if cfg.algo.kl_coef > 0:
-        parts.append(Part(f"reference ({name})", c * p, "always"))
+        parts.append(Part(f"reference ({name}{shard})", c * p / n, "always"))
     if cfg.writer.kind == "frozen" or (cfg.writer.kind == "self" and cfg.writer.refresh_every != 1):
-        parts.append(Part(f"writer snapshot ({name})", c * p, "always"))
-    parts.append(Part("gradients (float32)", 4 * p, "update"))
-    if c < 4:
+        parts.append(Part(f"writer snapshot ({name})", c * p, "always"))  # not sharded
+    parts.append(Part(f"gradients (float32{shard})", 4 * p / n, "update"))
+    if n > 1:  # gathered in the compute dtype: the root from forward to the end of backward, two layers (prefetch)
+        gathered = c * (arch.root_params + 2 * arch.layer_params)
+        parts.append(Part(f"gathered root and two layers ({name})", gathered, "update"))
+        parts.append(Part(f"gathered root and two layers ({name})", gathered, "score"))
+    elif c < 4:
         parts.append(Part(f"autocast weight copies ({name})", c * p, "update"))
     activations, shape = _update_bytes(cfg, arch, c)
     parts.append(Part(f"activations ({shape})", activations, "update"))
@@ -245,15 +273,21 @@ def plan_memory(cfg: RunConfig, device_gib: float = 80.0) -> MemoryPlan:
         if not vllm.sleep_level:
             parts.append(Part("vLLM engine, awake through the update", engine, "update"))
     else:
-        rows = min(cfg.rollout.tasks_per_step * cfg.rollout.group_size, 64)  # TransformersBackend.max_batch
+        rows = min(cfg.rollout.tasks_per_step * cfg.rollout.group_size // n, 64)  # a rank's rows, at most max_batch
         length = cfg.model.max_prompt_tokens + cfg.rollout.max_new_tokens
         parts.append(Part(f"KV cache ({rows} x {length} tokens)", rows * length * arch.layers * 2 * arch.kv_width * c,
                           "rollout"))
-    return MemoryPlan(tuple(parts), device_gib * GIB, arch)
+    return MemoryPlan(tuple(parts), device_gib * GIB, arch, n)
 
 
 def describe(plan: MemoryPlan) -> str:
     """One line: the peak, its phase and whether it fits."""
-    verdict = "fits" if plan.fits else "does not fit"
-    return (f"{plan.peak / GIB:.1f} GiB at the peak ({plan.peak_phase}) of a {plan.device_bytes / GIB:g} GiB "
+    verdict = "fits" if plan.fits else f"does not fit, by {(plan.peak - plan.device_bytes) / GIB:.1f} GiB"
+    ranks = f" per rank of {plan.workers} (a GPU each)" if plan.workers > 1 else ""
+    line = (f"{plan.peak / GIB:.1f} GiB at the peak ({plan.peak_phase}){ranks} of a {plan.device_bytes / GIB:g} GiB "
             f"device: {verdict} ({plan.arch.params / 1e9:.2f}B parameters)")
+    state = 12 * plan.arch.params / plan.workers  # float32 masters and AdamW's two moments
+    if state > plan.device_bytes:
+        line += (f"; the float32 masters and AdamW moments alone take {state / GIB:.1f} GiB a GPU: shard "
+                 f"them over more GPUs (parallel.workers, now {plan.workers})")
+    return line

@@ -61,9 +61,10 @@ TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 # What a cell is not: the seed (the seed axis), where a run logs and writes, and settings that
 # change where and how fast it computes but not its results (the vLLM engine, the
-# micro-batch size, the external writer's concurrency), so a relaunch keeps its cells.
+# micro-batch size, the external writer's concurrency, the data-parallel ranks), so a
+# relaunch keeps its cells.
 CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages.warm_start.cache_dir",
-                "model.vllm", "algo.micro_batch_size", "writer.concurrency")
+                "model.vllm", "algo.micro_batch_size", "writer.concurrency", "parallel")
 
 
 def cell_id(cfg: RunConfig) -> str:

@@ -10,6 +10,8 @@ import pandas as pd
 from trainer.episodes.records import build_records
 from trainer.episodes.rollout import Sampling, collect
 from trainer.models.generation import request_seed
+from trainer.parallel.batches import share_block
+from trainer.parallel.group import all_sum, gather_objects
 from trainer.run.components import Components
 
 
@@ -27,7 +29,9 @@ def evaluate_panels(ctx: Components, step: int) -> tuple[dict[str, float], pd.Da
     Every evaluation of a run draws the same seeds (the run seed, the split, the turn and the
     episode; never the step): common random numbers, so two evaluations of the same weights
     agree and the difference between two steps' evaluations is not inflated by sampling
-    noise of its own."""
+    noise of its own.  Data-parallel ranks each play a block of a panel's episodes, seeded
+    as one process seeds them; the metrics are over all blocks and every rank gets all the
+    records."""
     cfg = ctx.cfg
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.eval.temperature, 1.0)
     samples = cfg.eval.samples if cfg.eval.temperature > 0 else 1  # greedy episodes are identical
@@ -35,18 +39,27 @@ def evaluate_panels(ctx: Components, step: int) -> tuple[dict[str, float], pd.Da
     for split in cfg.eval.splits:
         panel = panel_tasks(ctx, split)
         tasks = [task for task in panel for _ in range(samples)]
+        lo, hi, split_up = share_block(len(tasks))
+        tasks = tasks[lo:hi]
         skills = [ctx.library.retrieve(t) for t in tasks] if ctx.spec.eval_skill else None
         trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling, skills,
-                                  seed=request_seed("eval", cfg.seed, split))
+                                  seed=request_seed("eval", cfg.seed, split), first=lo)
         episodes = [t.episode for t in trajectories]
-        n = max(1, len(episodes))
-        metrics[f"eval/{split}/success"] = sum(e.success for e in episodes) / n
-        metrics[f"eval/{split}/score"] = sum(e.score for e in episodes) / n
-        metrics[f"eval/{split}/episode_length"] = sum(len(e.turns) for e in episodes) / n
         turns = [t for e in episodes for t in e.turns]
-        metrics[f"eval/{split}/invalid_rate"] = sum(not t.valid for t in turns) / max(1, len(turns))
-        metrics[f"eval/{split}/matched_rate"] = sum(bool(t.info.get("matched")) for t in turns) / max(1, len(turns))
-        frames.append(build_records(step, split, trajectories, [i // samples for i in range(len(trajectories))]))
+        counts = [sum(e.success for e in episodes), sum(e.score for e in episodes),
+                  sum(len(e.turns) for e in episodes), len(episodes), sum(not t.valid for t in turns),
+                  sum(bool(t.info.get("matched")) for t in turns), len(turns)]
+        success, score, length, n, invalid, matched, n_turns = all_sum(counts) if split_up else counts
+        n, n_turns = max(1, n), max(1, n_turns)
+        metrics[f"eval/{split}/success"] = success / n
+        metrics[f"eval/{split}/score"] = score / n
+        metrics[f"eval/{split}/episode_length"] = length / n
+        metrics[f"eval/{split}/invalid_rate"] = invalid / n_turns
+        metrics[f"eval/{split}/matched_rate"] = matched / n_turns
+        frame = build_records(step, split, trajectories, [(lo + i) // samples for i in range(len(trajectories))])
+        if lo:
+            frame["traj"] += lo  # rows of the whole panel
+        frames += gather_objects(frame) if split_up else [frame]
     return metrics, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

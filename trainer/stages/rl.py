@@ -25,7 +25,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -52,6 +52,15 @@ from trainer.episodes.scoring import (
     to_actions,
 )
 from trainer.models.generation import request_seed
+from trainer.parallel.batches import (
+    combine_loss_metrics,
+    global_counts,
+    global_rows,
+    most,
+    share_tasks,
+)
+from trainer.parallel.group import all_true, rank_parts
+from trainer.parallel.shard import norm_value, unsharded
 from trainer.run.components import Components
 
 
@@ -198,25 +207,28 @@ def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
     """Phases rollout, write, score, reference, teacher (old), advantage."""
     cfg, spec = ctx.cfg, ctx.spec
     rng = random.Random(f"tasks:{cfg.seed}:{step}")
-    tasks = rng.sample(ctx.train_tasks, cfg.rollout.tasks_per_step)
+    tasks, first = share_tasks(rng.sample(ctx.train_tasks, cfg.rollout.tasks_per_step))  # this rank's
     batch_tasks = [t for t in tasks for _ in range(cfg.rollout.group_size)]
-    group_ids = [g for g in range(len(tasks)) for _ in range(cfg.rollout.group_size)]
+    group_ids = [first + g for g in range(len(tasks)) for _ in range(cfg.rollout.group_size)]
     rollout_skills = [ctx.library.retrieve(t) for t in batch_tasks] if spec.rollout_skill else None
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
-    with timer("rollout"):
-        trajectories, generated = collect(ctx.make_env, batch_tasks, ctx.builder, ctx.backend, sampling,
-                                          rollout_skills, seed=request_seed("rollout", cfg.seed, step))
-    with timer("write"):
-        hindsights = ctx.writer.write(trajectories, seed=request_seed("write", cfg.seed, step)) \
-            if spec.skills else None
+    with generating(ctx):
+        with timer("rollout"):
+            trajectories, generated = collect(ctx.make_env, batch_tasks, ctx.builder, ctx.backend, sampling,
+                                              rollout_skills, seed=request_seed("rollout", cfg.seed, step,
+                                                                                *rank_parts()))
+        with timer("write"):
+            hindsights = ctx.writer.write(trajectories, seed=request_seed("write", cfg.seed, step, *rank_parts())) \
+                if spec.skills else None
     for backend in {id(b): b for b in (ctx.backend, getattr(ctx.writer, "backend", ctx.backend))}.values():
         backend.release()  # an engine sleeps through scoring and the update
-    with timer("score"):
-        old, student_seq = _score(ctx, ctx.model, trajectories, rollout_skills, entropy=True)
     logp_ref = None
-    if ctx.reference is not None:
-        with timer("reference"):
-            logp_ref = _score(ctx, ctx.reference, trajectories, rollout_skills)[0].logp
+    with unsharded(ctx.model, ctx.reference):  # sharded models: whole, so ranks need not pair forwards
+        with timer("score"):
+            old, student_seq = _score(ctx, ctx.model, trajectories, rollout_skills, entropy=True)
+        if ctx.reference is not None:
+            with timer("reference"):
+                logp_ref = _score(ctx, ctx.reference, trajectories, rollout_skills)[0].logp
     texts, skill_metrics = budgeted_texts(ctx, spec.skills, trajectories, hindsights)
     rows = {c: torch.tensor([t is not None for t in texts[c]], device=old.logp.device)
             for c in spec.skills}  # context -> [B] bool
@@ -226,7 +238,7 @@ def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
                       context_tokens=sum(len(s) for s in student_seq),
                       image_tokens=_image_tokens(ctx, student_seq))
     if spec.skills and teacher_mode(ctx) == "old":
-        with timer("teacher"):
+        with timer("teacher"), unsharded(ctx.model):
             for context in spec.skills:
                 batch.teacher[context] = _teacher_logp(ctx, ctx.model, batch, context, student_seq)
     for context, logp in batch.teacher.items():
@@ -234,6 +246,13 @@ def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
     with timer("advantage"):
         batch.advantages, batch.adv_metrics = token_advantages(spec, credit_inputs(batch, step, cfg.seed), cfg.algo)
     return batch
+
+
+def generating(ctx: Components):
+    """The context the policy's backend generates in: a backend that samples with the live
+    model (transformers) needs a sharded policy whole (:func:`~trainer.parallel.unsharded`),
+    an engine holds its own copy of the weights."""
+    return unsharded(ctx.model) if getattr(ctx.backend, "generates_with_model", False) else nullcontext()
 
 
 def _image_tokens(ctx: Components, sequences) -> int:
@@ -266,15 +285,16 @@ def update(ctx: Components, batch: StepBatch, step: int, timer: PhaseTimer) -> t
     metrics, finite)."""
     cfg = ctx.cfg
     n = len(batch.trajectories)
-    size = cfg.algo.minibatch_size or n
-    order = list(range(n))
+    total, offset = global_rows(n)  # data parallel: this rank holds rows offset .. offset + n
+    size = cfg.algo.minibatch_size or total
+    order = list(range(total))
     random.Random(f"mb:{cfg.seed}:{step}").shuffle(order)
     sums: dict[str, float] = {}
     count, finite = 0, True
     with timer("update"):
         for epoch in range(cfg.algo.ppo_epochs):
-            for start in range(0, n, size):
-                rows = order[start:start + size]
+            for start in range(0, total, size):
+                rows = [i - offset for i in order[start:start + size] if offset <= i < offset + n]
                 metrics, ok = _minibatch(ctx, batch, rows, timer, record=epoch == 0)
                 finite &= ok
                 for k, v in metrics.items():
@@ -299,8 +319,11 @@ class _Minibatch:
 
 def _plan(ctx: Components, batch: StepBatch, rows: list[int]) -> _Minibatch:
     """Build the minibatch's sequences and aggregation weights (computed over the whole
-    minibatch, so that its micro-batches' losses add up to the minibatch's loss)."""
-    trajs = [batch.trajectories[i] for i in rows]
+    minibatch, on every rank with its global counts, so that its micro-batches' losses add up
+    to the minibatch's loss).  A rank that holds no row of it plans its first trajectory,
+    weighted 0 (it runs only to pair the sharded model's collectives)."""
+    held = rows or [0]
+    trajs = [batch.trajectories[i] for i in held]
     skills = None if batch.rollout_skills is None else [batch.rollout_skills[i] for i in rows]
     student = ctx.builder.build_batch(trajs, skills)
     teacher = None
@@ -308,10 +331,12 @@ def _plan(ctx: Components, batch: StepBatch, rows: list[int]) -> _Minibatch:
         added = _added_texts(ctx, ctx.spec.skills[0], batch)
         teacher = ctx.builder.build_batch(trajs, skills, [added[i] for i in rows])
         assert_same_actions(student, teacher)
-    traj_rows = torch.tensor(rows, device=batch.old.mask.device)
+    traj_rows = torch.tensor(held, device=batch.old.mask.device)
+    mask = batch.old.mask[traj_rows] * float(bool(rows))
+    tokens, counted = global_counts(mask)  # summed over the ranks (None: one process)
     weights = torch.zeros_like(batch.old.mask)
-    weights[traj_rows] = aggregation_weights(batch.old.mask[traj_rows], ctx.cfg.algo.loss_agg)
-    return _Minibatch(student, teacher, action_index(student, len(rows)), traj_rows, weights)
+    weights[traj_rows] = aggregation_weights(mask, ctx.cfg.algo.loss_agg, tokens=tokens, rows=counted)
+    return _Minibatch(student, teacher, action_index(student, len(held)), traj_rows, weights)
 
 
 def micro_batches(sequences, size: int) -> list[list[int]]:
@@ -326,23 +351,31 @@ def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseT
     sequences (gradient accumulation), each micro-batch's loss weighted by its tokens' share
     of the minibatch's aggregation (``algo.loss_agg``), so the accumulated gradient is that of
     one backward over the minibatch; then one clipped optimizer step.  ``record``: keep the
-    current teacher's Delta of these rows in ``batch.deltas`` (the per-turn records read it)."""
+    current teacher's Delta of these rows in ``batch.deltas`` (the per-turn records read it).
+
+    Data parallel: every rank runs as many micro-batches as the busiest one (the extra ones
+    repeat one of its sequences at weight 0), the finite check and the metrics are global."""
     cfg = ctx.cfg
     plan = _plan(ctx, batch, rows)
     ctx.optimizer.zero_grad(set_to_none=True)
     totals: dict[str, float] = {}
     tokens = 0.0
-    for part in micro_batches(plan.student, cfg.algo.micro_batch_size):
-        loss, metrics, n_tokens = _micro_loss(ctx, batch, plan, part, timer, record)
-        if not torch.isfinite(loss):
+    parts = micro_batches(plan.student, cfg.algo.micro_batch_size) if rows else []
+    padding = most(len(parts)) - len(parts)
+    for i, part in enumerate(parts + [[0]] * padding):
+        real = i < len(parts)
+        loss, metrics, n_tokens = _micro_loss(ctx, batch, plan, part, timer, record and real)
+        if not all_true(bool(torch.isfinite(loss))):
             ctx.optimizer.zero_grad(set_to_none=True)
             return metrics, False
-        loss.backward()
-        _accumulate(totals, metrics, n_tokens)
-        tokens += n_tokens
-    metrics = _finish(totals, tokens)
+        (loss if real else loss * 0.0).backward()
+        if real:
+            _accumulate(totals, metrics, n_tokens)
+            tokens += n_tokens
+    metrics = _finish(*combine_loss_metrics(totals, tokens, _SUMMED, _MAXED))
     if cfg.algo.grad_clip > 0:
-        metrics["update/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.algo.grad_clip))
+        norm = torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.algo.grad_clip)
+        metrics["update/grad_norm"] = norm_value(norm)
     ctx.optimizer.step()
     ctx.optimizer.zero_grad(set_to_none=True)  # the gradients' memory is free until the next backward
     return metrics, True

@@ -1,4 +1,4 @@
-"""``hindsight memory`` (trainer/memory.py): parameters counted on the meta device, the parts
+"""``hindsight memory`` (trainer/run/memory.py): parameters counted on the meta device, the parts
 of a run's memory as the trainer holds them, every paper study file fitting one 80 GB GPU,
 and the estimate against a measured CPU peak (slow)."""
 
@@ -57,6 +57,40 @@ def test_parts_follow_the_precision_and_the_phases():
     assert not any("autocast" in part.name for part in float32.parts)
 
 
+def test_a_rank_holds_its_share_of_the_sharded_state():
+    """parallel.workers N: the masters, moments, gradients and reference are 1/N a rank; the
+    rank gathers the root group and two layers in bf16 instead of whole-model autocast
+    copies; its vLLM engine is a whole one."""
+    base = SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml"
+    one = plan_memory(resolve(load_config(base, ["model.backbone=Qwen/Qwen2.5-7B-Instruct"])), 80)
+    eight = plan_memory(resolve(load_config(base, ["model.backbone=Qwen/Qwen2.5-7B-Instruct",
+                                                   "parallel.workers=8"])), 80)
+    p, arch = one.arch.params, one.arch
+    parts = {part.name: part.bytes for part in eight.parts}
+    assert parts["weights (float32 masters, 1/8 a rank)"] == 4 * p / 8
+    assert parts["optimizer (AdamW moments, float32, 1/8 a rank)"] == 8 * p / 8
+    assert parts["gradients (float32, 1/8 a rank)"] == 4 * p / 8
+    assert parts["reference (bfloat16, 1/8 a rank)"] == 2 * p / 8
+    assert parts["gathered root and two layers (bfloat16)"] == 2 * (arch.root_params + 2 * arch.layer_params)
+    assert not arch.tied and arch.root_params == 2 * arch.vocab * arch.hidden  # 7B: untied head
+    assert arch.root_params + arch.layers * arch.layer_params == p
+    assert not any("autocast" in name for name in parts)
+    engine = [part.bytes for part in eight.parts if part.name.startswith("vLLM engine")]
+    assert engine == [part.bytes for part in one.parts if part.name.startswith("vLLM engine")]
+    assert eight.peak < one.peak
+
+
+@pytest.mark.parametrize("name", ["etro_webshop_7b.yaml", "seed_alfworld_7b.yaml"])
+def test_the_7b_studies_fit_eight_gpus_and_not_one(name, capsys):
+    study = ROOT / "examples" / "papers" / name
+    assert main(["memory", str(study)]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "per rank of 8 (a GPU each) of a 80 GiB device: fits" in last
+    assert main(["memory", str(study), "--set", "base.parallel.workers=1"]) == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "does not fit" in last and "masters and AdamW moments alone take 85.1 GiB" in last
+
+
 def test_checkpointing_and_micro_batches_bound_the_activations():
     base = SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml"
 
@@ -103,7 +137,9 @@ def test_validate_warns_with_the_same_figure(capsys, tmp_path):
     assert main(["validate", str(SEED_TABLE5), "--skip-extras"]) == 0
     assert "warning" not in capsys.readouterr().err
     big = tmp_path / "big.yaml"
-    big.write_text(SEED_TABLE5.read_text().replace("micro_batch_size: 4", "micro_batch_size: 64"))
+    base = SEED_TABLE5.parent / "seed_table5_alfworld_base.yaml"
+    big.write_text(SEED_TABLE5.read_text().replace("base: seed_table5_alfworld_base.yaml",
+                                                   f"base: {base}\nset: {{algo.micro_batch_size: 64}}"))
     assert main(["validate", str(big), "--skip-extras"]) == 0
     err = capsys.readouterr().err
     assert "warning: seed (Qwen/Qwen2.5-3B-Instruct)" in err and "does not fit" in err
