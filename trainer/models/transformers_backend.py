@@ -34,6 +34,10 @@ class TransformersBackend(GenerationBackend):
     (no prefix reuse), and the vision tokens are never sampled (a sampled ``<|image_pad|>``
     would stand for an image that does not exist when the response is scored)."""
 
+    # A finished row leaves the batch (and its KV cache) when the call keeps no cache for
+    # prefix reuse: the rows still going decode as before, each from its own generator.
+    drop_finished = True
+
     def __init__(
         self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 64,
         vision=None,
@@ -178,9 +182,8 @@ class TransformersBackend(GenerationBackend):
                     done[row] = tok in stops or self._hit_stop_string(tokens[row], stop_strings)
             if all(done):
                 break
-            if not keep and any(done[row] for row in live):
-                # Drop the finished rows from the batch (their cache too): the rest decode as
-                # before, each from its own generator, at the cost of the rows still going.
+            if self.drop_finished and not keep and any(done[row] for row in live):
+                # the rest now cost what they alone cost (the self writer's hindsight)
                 stay = [b for b, row in enumerate(live) if not done[row]]
                 index = torch.tensor(stay, device=device)
                 cache.reorder_cache(index)
