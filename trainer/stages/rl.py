@@ -348,6 +348,15 @@ def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseT
     return metrics, True
 
 
+def teacher_rows(opd_mask: torch.Tensor, top_k: int = 0) -> list[int]:
+    """The rows of a micro-batch (``opd_mask`` [n, A]) the current teacher must score: those
+    with OPD tokens, as every other row's Delta is 0 whatever the teacher says; every row
+    with OPSD's top-k support (the student's support comes from the teacher)."""
+    if top_k:
+        return list(range(opd_mask.shape[0]))
+    return opd_mask.bool().any(dim=1).nonzero().flatten().tolist()
+
+
 def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[int], timer: PhaseTimer,
                 record: bool) -> tuple[torch.Tensor, dict[str, float], float]:
     """The weighted loss of one micro-batch (the sequences ``part`` of the minibatch), in the
@@ -362,10 +371,7 @@ def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[
         opd_mask = take(batch.old.mask * batch.opd_rows[spec.skills[0]][:, None])
     teacher, support, scored_rows = None, None, []
     if plan.teacher is not None:  # the current-policy teacher, scored on the same tokens
-        # Only sequences with OPD tokens need the teacher: the others' Delta is 0 whatever it
-        # says (without top-k support; with it every row is scored, as the student's support
-        # comes from the teacher).
-        scored_rows = list(range(len(part))) if top_k else [j for j in range(len(part)) if opd_mask[j].any()]
+        scored_rows = teacher_rows(opd_mask, top_k)
     if scored_rows:
         teacher_seqs = [plan.teacher[part[j]] for j in scored_rows]
         teacher_index = action_index(teacher_seqs)  # positions in its own sequences
