@@ -8,26 +8,41 @@ keeps its default token budget.  Targets: SEED <= 1.2x GRPO (writer included), E
 Rollout tokens/s is printed per method.  (The full-vs-window scoring ratio is printed by
 scripts/bench_scoring.py.)
 
+Beside the step, the whole trial of the demo (examples/quickstart.yaml's trial: the bundled
+EZPoints warm start, SEED's Stage 1 and writer panel, 10 RL steps of 64 trajectories, the
+evaluations) is run once per method, with its wall time, its ratio against GRPO's and the
+seconds of each stage (``time/<stage>_s`` summed over the run; ``teacher`` is part of
+``update`` for SEED's current teacher).  Target: a SEED trial <= 1.5x a GRPO trial.  The
+trials take minutes; ``--no-trial`` skips them, ``--trial-set`` overrides their config.
+
     .venv/bin/python scripts/bench_trainer.py [--repeats 3] [--set key=value ...]
+        [--no-trial] [--trial-set key=value ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from trainer.config import apply_overrides
 from trainer.run.components import build_components, start_rl
+from trainer.run.loop import train
 from trainer.run.resolve import load_config, resolve
+from trainer.run.store import make_client
 from trainer.stages.rl import PhaseTimer, collect_batch, update
 from trainer.stages.warm_start import bundle_path, check_bundle
 
 TARGETS = {"seed": 1.2, "etro": 1.25}
-CONFIG = Path(__file__).resolve().parent.parent / "examples" / "household_small.yaml"
+TRIAL_TARGETS = {"seed": 1.5}
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+CONFIG = EXAMPLES / "household_small.yaml"
+DEMO = EXAMPLES / "quickstart.yaml"  # the demo study; its trial is its base with its `set`
 
 
 def step_seconds(base_cfg, method: str, weights: str, repeats: int) -> tuple[float, dict, float]:
@@ -48,10 +63,51 @@ def step_seconds(base_cfg, method: str, weights: str, repeats: int) -> tuple[flo
     return statistics.median(times), phases, tokens_per_s
 
 
+def demo_trial_config(overrides: list[str]):
+    """The demo's trial config (examples/quickstart.yaml's base and ``set``), then ``overrides``."""
+    study = yaml.safe_load(DEMO.read_text())
+    fixed = [f"{k}={v}" for k, v in study.get("set", {}).items()]
+    return load_config(DEMO.parent / study["base"], ["model.device=cpu", *fixed, *overrides])
+
+
+def trial_seconds(base_cfg, method: str, folder: Path) -> tuple[float, dict[str, float]]:
+    """Wall time of one whole trial of ``method`` and the seconds of each ``time/*`` stage."""
+    db = folder / f"{method}.db"
+    cfg = apply_overrides(base_cfg, [f"algo.method={method}", f"output.dir={folder / method}",
+                                     f"tracking.uri=sqlite:///{db}", "output.log_checkpoints=false"])
+    start = time.perf_counter()
+    result = train(cfg, progress=False)
+    seconds = time.perf_counter() - start
+    client = make_client(f"sqlite:///{db}")
+    stages = {}
+    for key in client.get_run(result.run_id).data.metrics:
+        if key.startswith("time/") and key != "time/trial_s":
+            history = client.get_metric_history(result.run_id, key)
+            stages[key.removeprefix("time/").removesuffix("_s")] = sum(m.value for m in history)
+    return seconds, stages
+
+
+def report_trials(overrides: list[str]) -> None:
+    cfg = demo_trial_config(overrides)
+    with tempfile.TemporaryDirectory(prefix="bench-trial-") as tmp:
+        results = {m: trial_seconds(cfg, m, Path(tmp)) for m in ("grpo", "seed", "etro")}
+    grpo = results["grpo"][0]
+    print(f"trial: {DEMO.name}'s ({cfg.env.name}, {cfg.stages.rl.steps} RL steps of "
+          f"{cfg.rollout.tasks_per_step * cfg.rollout.group_size} trajectories, {cfg.eval.max_tasks} eval tasks)")
+    for method, (seconds, stages) in results.items():
+        detail = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(stages.items()) if v >= 0.05)
+        print(f"{method:5s} trial {seconds:7.1f}s  ratio vs grpo {seconds / grpo:4.2f}  [{detail}]")
+    for method, target in TRIAL_TARGETS.items():
+        ratio = results[method][0] / grpo
+        print(f"target {method} trial <= {target:.2f}x grpo: {ratio:.2f}x {'ok' if ratio <= target else 'MISSED'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--no-trial", action="store_true", help="only the step, not the demo's whole trials")
+    parser.add_argument("--trial-set", dest="trial_overrides", action="append", default=[])
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = load_config(CONFIG, ["model.device=cpu", *args.overrides])
@@ -69,6 +125,8 @@ def main() -> None:
     for method, target in TARGETS.items():
         ratio = results[method][0] / grpo
         print(f"target {method} <= {target:.2f}x grpo: {ratio:.2f}x {'ok' if ratio <= target else 'MISSED'}")
+    if not args.no_trial:
+        report_trials(args.trial_overrides)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,9 @@ class TransformersBackend(GenerationBackend):
     # It samples with the live policy itself: a sharded one must be whole meanwhile
     # (trainer.stages.rl.generating), an engine would hold its own weights.
     generates_with_model = True
+    # A finished row leaves the batch (and its KV cache) when the call keeps no cache for
+    # prefix reuse: the rows still going decode as before, each from its own generator.
+    drop_finished = True
 
     def __init__(
         self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 64,
@@ -55,6 +58,7 @@ class TransformersBackend(GenerationBackend):
         self._reusing = False
         self._kept: _KeptCache | None = None
         self.reused_tokens = 0  # prompt tokens served from a kept cache (for benchmarks)
+        self._token_text: dict[int, str] = {}  # token id -> its own decoded text (stop strings)
 
     @contextlib.contextmanager
     def reuse_prefixes(self) -> Iterator[None]:
@@ -151,6 +155,7 @@ class TransformersBackend(GenerationBackend):
         logprobs: list[list[float]] = [[] for _ in prompts]
         done = [False] * len(prompts)
         nxt, fed = None, []  # last sampled tokens [B]; rows to which they belong
+        live = list(range(len(prompts)))  # batch row -> prompt; a finished row leaves unless keep
         for _ in range(max_new_tokens):
             if nxt is not None:
                 step_ids = nxt.unsqueeze(-1)  # [B, 1]
@@ -158,8 +163,8 @@ class TransformersBackend(GenerationBackend):
                 extra = {}
                 column = torch.tensor(fed, dtype=mask.dtype, device=device).unsqueeze(-1)  # [B, 1]
                 mask = torch.cat([mask, column], dim=-1)  # [B, L+1]
-                for row in (r for r, own in enumerate(fed) if own):
-                    seqs[row].append(tokens[row][-1])
+                for b in (b for b, own in enumerate(fed) if own):
+                    seqs[live[b]].append(tokens[live[b]][-1])
             logits = self.model(
                 input_ids=step_ids,
                 attention_mask=mask,
@@ -172,14 +177,23 @@ class TransformersBackend(GenerationBackend):
             if self._banned:
                 logits[:, self._banned] = float("-inf")
             nxt, nxt_logp = sample_next(logits, temperature, top_p, generators)  # [B], [B]
-            fed = [not d for d in done]
-            for row, (tok, lp) in enumerate(zip(nxt.tolist(), nxt_logp.tolist())):
+            fed = [not done[row] for row in live]
+            for row, tok, lp in zip(live, nxt.tolist(), nxt_logp.tolist()):
                 if not done[row]:
                     tokens[row].append(tok)
                     logprobs[row].append(lp)
                     done[row] = tok in stops or self._hit_stop_string(tokens[row], stop_strings)
             if all(done):
                 break
+            if self.drop_finished and not keep and any(done[row] for row in live):
+                # the rest now cost what they alone cost (the self writer's hindsight)
+                stay = [b for b, row in enumerate(live) if not done[row]]
+                index = torch.tensor(stay, device=device)
+                cache.reorder_cache(index)
+                mask, positions, nxt = mask[index], positions[..., index, :], nxt[index]
+                live, fed = [live[b] for b in stay], [True] * len(stay)
+                if generators is not None:
+                    generators = [generators[b] for b in stay]
         if keep:
             self._kept = _KeptCache(cache, mask, seqs)
         return list(zip(tokens, logprobs, done))
@@ -212,9 +226,18 @@ class TransformersBackend(GenerationBackend):
                           [list(p) for p in prompts], ids, positions)
 
     def _hit_stop_string(self, tokens: list[int], stop_strings: tuple[str, ...]) -> bool:
-        """Whether the newest token completed a stop string (checks only the tail)."""
+        """Whether the newest token completed a stop string (checks only the tail).  A stop
+        string ending in a printable ASCII character can only be completed by a token whose
+        own text holds that character, so the tail is decoded only after such a token (the
+        token's text is cached per id: one dict lookup a row and a step otherwise)."""
         if not stop_strings:
             return False
+        if all(s and 32 < ord(s[-1]) < 127 for s in stop_strings):
+            text = self._token_text.get(tokens[-1])
+            if text is None:
+                text = self._token_text[tokens[-1]] = self.tokenizer.decode(tokens[-1:])
+            if not any(s[-1] in text for s in stop_strings):
+                return False
         longest = max(len(s) for s in stop_strings)
         tail = self.tokenizer.decode(tokens[-longest:])
         previous = self.tokenizer.decode(tokens[-longest:-1]) if len(tokens) > 1 else ""

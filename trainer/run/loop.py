@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +73,7 @@ class RunResult:
 def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, progress: bool = True) -> RunResult:
     """Train ``cfg`` end to end and log it to MLflow (``run_id``: continue that run, as
     sweeps do after creating the child run).  Raises after marking the run FAILED."""
+    started = time.perf_counter()
     cfg = resolve(cfg)
     prepare_rank(cfg)  # data-parallel ranks: the group checked, this rank's device
     out = Path(cfg.output.dir)
@@ -87,6 +89,9 @@ def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, pr
     logger.run_id = run_id = broadcast_object(run_id)  # one run: rank 0's
     try:
         final = _train(cfg, logger, out, ckpt, progress)
+        # the whole trial (this process's share: setup, SFT stages, RL, evaluations)
+        logger.log_metrics(cfg.stages.rl.steps, {"time/trial_s": time.perf_counter() - started})
+        logger.flush()
     except BaseException as exc:
         logger.fail(exc)
         raise
@@ -103,7 +108,10 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     ctx = build_components(cfg, init_from=init)
     if ckpt is None:
         _sft_stages(ctx, logger, progress, cache, cached)
-        start_rl(ctx, shard=shard_policy if active() else None)
+        timer = PhaseTimer()
+        with timer("start_rl"):  # reference, writer, and a self-written library
+            start_rl(ctx, shard=shard_policy if active() else None)
+        logger.log_metrics(0, timer.metrics())
         if ctx.library is not None and ctx.library.metrics:
             logger.log_metrics(0, ctx.library.metrics)
         if ctx.reference is not None and active():
@@ -184,7 +192,8 @@ def _sft_stages(ctx: Components, logger: RunLogger, progress: bool, cache: Path 
             timer = PhaseTimer()
             with timer("skill_sft"):
                 metrics = skill_sft(ctx, bar)
-            metrics.update(writer_validity(ctx))
+            with timer("writer_panel"):
+                metrics.update(writer_validity(ctx))
             logger.log_metrics(0, {**metrics, **timer.metrics()})
 
 

@@ -381,6 +381,15 @@ def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseT
     return metrics, True
 
 
+def teacher_rows(opd_mask: torch.Tensor, top_k: int = 0) -> list[int]:
+    """The rows of a micro-batch (``opd_mask`` [n, A]) the current teacher must score: those
+    with OPD tokens, as every other row's Delta is 0 whatever the teacher says; every row
+    with OPSD's top-k support (the student's support comes from the teacher)."""
+    if top_k:
+        return list(range(opd_mask.shape[0]))
+    return opd_mask.bool().any(dim=1).nonzero().flatten().tolist()
+
+
 def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[int], timer: PhaseTimer,
                 record: bool) -> tuple[torch.Tensor, dict[str, float], float]:
     """The weighted loss of one micro-batch (the sequences ``part`` of the minibatch), in the
@@ -390,15 +399,20 @@ def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[
     take = lambda x: None if x is None else gather_actions(x, index, plan.traj_rows)  # [B, T] -> [n, A]
     student = [plan.student[i] for i in part]
     top_k = cfg.algo.opsd_top_k if spec.opd_loss == "opsd" and plan.teacher is not None else 0
-    teacher, support = None, None
+    opd_mask = None
+    if spec.skills:
+        opd_mask = take(batch.old.mask * batch.opd_rows[spec.skills[0]][:, None])
+    teacher, support, scored_rows = None, None, []
     if plan.teacher is not None:  # the current-policy teacher, scored on the same tokens
-        teacher_seqs = [plan.teacher[i] for i in part]
+        scored_rows = teacher_rows(opd_mask, top_k)
+    if scored_rows:
+        teacher_seqs = [plan.teacher[part[j]] for j in scored_rows]
         teacher_index = action_index(teacher_seqs)  # positions in its own sequences
         with timer("teacher"), torch.no_grad():
-            scored = sequence_logprobs(ctx.model, teacher_seqs, len(part), with_entropy=False,
+            scored = sequence_logprobs(ctx.model, teacher_seqs, len(teacher_seqs), with_entropy=False,
                                        topk=TopK(k=top_k) if top_k else None,
                                        temperature=cfg.rollout.temperature, vision=ctx.builder.vision)
-        teacher = to_actions(scored[0], teacher_index)  # [n, A]
+        teacher = to_actions(scored[0], teacher_index)  # [n', A']
         if top_k:
             support = (to_actions(scored[2][0], teacher_index), to_actions(scored[2][1], teacher_index))
     topk = None
@@ -408,11 +422,14 @@ def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[
                                temperature=cfg.rollout.temperature, vision=ctx.builder.vision)
     logp = to_actions(scored[0], index)  # [n, A], with gradient
     mask = index.mask.to(logp.device).float()
-    opd_mask = None
+    if plan.teacher is not None and len(scored_rows) < len(part):  # the rest: Delta = 0
+        full = logp.detach().clone()
+        if scored_rows:
+            full[torch.tensor(scored_rows, device=full.device), :teacher.shape[1]] = teacher.to(full.dtype)
+        teacher = full
     if spec.skills:
         primary = spec.skills[0]
-        opd_mask = take(batch.old.mask * batch.opd_rows[primary][:, None])
-        if teacher is None:
+        if plan.teacher is None:
             teacher = take(batch.teacher[primary])
         elif record:
             _record_delta(batch, primary, plan, index,

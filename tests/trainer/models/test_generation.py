@@ -14,7 +14,13 @@ from trainer.config import ModelConfig, TinyModelConfig
 from trainer.models.backbones import build_tiny_model, load_model, load_smollm2, train_tokenizer
 from trainer.models.backends import make_backend
 from trainer.models.chat import encode, encode_chat
-from trainer.models.generation import STOP_STRINGS, Generation, GenerationBackend, sample_next
+from trainer.models.generation import (
+    STOP_STRINGS,
+    Generation,
+    GenerationBackend,
+    default_stop_token_ids,
+    sample_next,
+)
 from trainer.models.transformers_backend import TransformersBackend
 
 CORPUS = [
@@ -148,9 +154,11 @@ def test_backend_greedy_batched_equals_one_by_one(tokenizer, model):
 
 
 class NoReuse(TransformersBackend):
-    """The same backend with the base class's (no-op) prefix reuse: every turn prefilled."""
+    """The same backend with the base class's (no-op) prefix reuse: every turn prefilled,
+    every row kept to the end of the call as with reuse (so forward passes compare)."""
 
     reuse_prefixes = GenerationBackend.reuse_prefixes
+    drop_finished = False
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -183,6 +191,30 @@ def test_reused_prefixes_give_the_same_logits_as_a_fresh_prefill(tokenizer, mode
     assert len(logits["reuse"]) == len(logits["fresh"])
     for a, b in zip(logits["reuse"], logits["fresh"]):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_rows_that_finish_early_leave_the_batch_without_changing_the_others(tokenizer, model, temperature):
+    """Outside prefix reuse a finished row leaves the batch (with its cache): every row's
+    response is the one it gets alone with its seed, and the stop string is found by the
+    cached per-token text as by decoding the tail."""
+    prompts = [encode(tokenizer, c) for c in (CORPUS[0], "go", CORPUS[3][:30], CORPUS[1][:12], CORPUS[2])]
+    seeds = [11, 12, 13, 14, 15]
+    backend = TransformersBackend(model, tokenizer)
+    batched = backend.generate(prompts, max_new_tokens=24, temperature=temperature, seeds=seeds,
+                               stop_strings=("e", "</action>"))
+    alone = [TransformersBackend(model, tokenizer).generate([p], max_new_tokens=24, temperature=temperature,
+                                                          seeds=[s], stop_strings=("e", "</action>"))[0]
+             for p, s in zip(prompts, seeds)]
+    assert len({len(g.token_ids) for g in batched}) > 1  # rows left at different steps
+    assert [g.token_ids for g in batched] == [g.token_ids for g in alone]
+    stops = default_stop_token_ids(tokenizer)
+    for a, b in zip(batched, alone):
+        assert a.finished == b.finished
+        if a.finished and a.token_ids[-1] not in stops:  # the last token completed a stop string
+            before = tokenizer.decode(a.token_ids[:-1])
+            assert any(s in a.text and s not in before for s in ("e", "</action>"))
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=1e-5)
 
 
 def test_prompts_that_extend_no_kept_row_are_prefilled_afresh(tokenizer, model):

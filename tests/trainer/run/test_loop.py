@@ -73,6 +73,25 @@ def test_records_have_the_contract_columns(tmp_path):
     assert train_rows["delta_pos"].notna().any()
 
 
+def test_a_trial_times_itself_and_its_stages_outside_the_rl_step(tmp_path):
+    """SEED's Stage 1, its writer panel and the RL setup are timed (step 0), and so is the
+    whole trial (time/trial_s, at the last step), which covers every phase."""
+    from trainer.run.loop import train
+
+    cfg = micro(tmp_path, "algo.method=seed")
+    result = train(cfg, progress=False)
+    client = make_client(cfg.tracking.uri)
+    history = {k: [(m.step, m.value) for m in client.get_metric_history(result.run_id, k)]
+               for k in ("time/skill_sft_s", "time/writer_panel_s", "time/start_rl_s", "time/trial_s",
+                         "time/rollout_s", "time/write_s", "time/update_s", "time/eval_s")}
+    for key in ("time/skill_sft_s", "time/writer_panel_s", "time/start_rl_s"):
+        assert [step for step, _ in history[key]] == [0] and history[key][0][1] > 0, key
+    (trial,) = history["time/trial_s"]
+    assert trial[0] == cfg.stages.rl.steps
+    spent = sum(v for key, points in history.items() if key != "time/trial_s" for _, v in points)
+    assert spent <= trial[1]
+
+
 def test_same_seed_gives_identical_metrics(tmp_path):
     from trainer.run.loop import train
 

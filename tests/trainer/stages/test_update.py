@@ -140,3 +140,42 @@ def test_sft_micro_batches_accumulate_to_the_batch_step(monkeypatch):
     assert len(grads) == 2
     for a, b in zip(*grads):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+
+
+def test_the_current_teacher_scores_only_rows_with_a_skill(contexts, monkeypatch):
+    """SEED's current-policy teacher skips the sequences without OPD tokens (no valid skill):
+    the update's gradients and recorded Delta equal those of scoring every row."""
+    ctx = with_method(contexts["full"], "seed")
+    batch = with_advantages(rl.collect_batch(ctx, 1, rl.PhaseTimer()))
+    primary = ctx.spec.skills[0]
+    without = [0, 3, 4]  # these trajectories' writer output "did not parse"
+    batch.texts[primary] = [None if i in without else t for i, t in enumerate(batch.texts[primary])]
+    batch.opd_rows[primary][without] = False
+    assert batch.opd_rows[primary].any()
+    scored, real = [], rl.sequence_logprobs
+
+    def spy(model, seqs, *args, grad=False, **kwargs):
+        if not grad:
+            scored.append(len(seqs))
+        return real(model, seqs, *args, grad=grad, **kwargs)
+
+    monkeypatch.setattr(rl, "sequence_logprobs", spy)
+    runs = {}
+    for name in ("skill rows", "every row"):
+        if name == "every row":
+            monkeypatch.setattr(rl, "teacher_rows", lambda mask, top_k=0: list(range(mask.shape[0])))
+        scored.clear()
+        batch.deltas = {}
+        runs[name] = (gradients_of_update(ctx, batch, micro_batch_size=2), sum(scored),
+                      batch.deltas[primary].clone())
+    (few, n_few, delta_few), (every, n_every, delta_every) = runs["skill rows"], runs["every row"]
+    epochs, trajs = ctx.cfg.algo.ppo_epochs, batch.trajectories
+    with_skill = [t for i, t in enumerate(trajs) if i not in without]
+    assert (n_few, n_every) == (epochs * len(ctx.builder.build_batch(with_skill)),
+                                epochs * len(ctx.builder.build_batch(trajs)))
+    torch.testing.assert_close(delta_few, delta_every, atol=1e-6, rtol=1e-5)
+    assert float(delta_few[without].abs().max()) == 0.0
+    assert len(few) == len(every) > 0
+    for step_few, step_every in zip(few, every):
+        for a, b in zip(step_few, step_every):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
