@@ -36,15 +36,17 @@ def methods(parser: argparse.ArgumentParser) -> None:
     pass
 
 
+ADDRESS_HELP = ("Ray cluster address (default: the study's ray_address, else a local Ray; for "
+                "`train`, where the ranks of parallel.workers > 1 run)")
+
+
 def train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="run config YAML")
     add_overrides(parser)
     parser.add_argument("--resume", action="store_true",
                         help="continue from the latest checkpoint in output.dir")
     parser.add_argument("--run-id", default=None, help="continue this MLflow run id")
-    parser.add_argument("--address", default="",
-                        help="with parallel.workers > 1: the Ray cluster whose workers run the "
-                             "ranks (default: a local Ray started here, token-authenticated)")
+    parser.add_argument("--address", default=None, help=ADDRESS_HELP)  # used with parallel.workers > 1
 
 
 def evaluate(parser: argparse.ArgumentParser) -> None:
@@ -109,9 +111,7 @@ def study(parser: argparse.ArgumentParser) -> None:
 
 def sweep(parser: argparse.ArgumentParser) -> None:
     study(parser)
-    parser.add_argument("--address", default=None,
-                        help="Ray cluster address (default: the study's ray_address, else a "
-                             "local Ray)")
+    parser.add_argument("--address", default=None, help=ADDRESS_HELP)
     parser.add_argument("--max-concurrent", type=int, default=None, metavar="N",
                         help="trials at once (default: the study's max_concurrent; 0 = as "
                              "resources allow)")

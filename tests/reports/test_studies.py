@@ -22,6 +22,8 @@ EXPECTED = {
     "etro_appendix_b_webshop.yaml": ({"etro_table1", "etro_branches", "etro_suffix"}, "WebShop"),
     "etro_alpha_sweep.yaml": ({"etro_suffix", "etro_alpha"}, "WebShop"),
     "seed_multimodal.yaml": ({"etro_table1", "seed_multimodal"}, "Sokoban / EZPoints"),
+    "etro_webshop_7b.yaml": ({"etro_table1", "etro_branches"}, "WebShop"),
+    "seed_alfworld_7b.yaml": ({"etro_table1"}, "ALFWorld"),
 }
 STUDIES = sorted(p.name for p in PAPERS.glob("*.yaml") if not p.stem.endswith("_base"))
 

@@ -68,24 +68,33 @@ from trainer.run.components import Components
 class PhaseTimer:
     """Wall time per named phase (``time/<phase>_s``).
 
+    Phases nest and stay disjoint: an inner phase's time is charged to it alone (the
+    current-policy teacher's passes inside the update count as ``teacher``, not ``update``),
+    so a step's phases add up to its wall time instead of counting the inner one twice.
     ``sync`` (e.g. ``torch.cuda.synchronize``) is called at the start and the end of every
     phase, so that queued GPU work is charged to the phase that launched it; None (the
     default) measures host time only, which is exact on CPU."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     sync: Callable[[], None] | None = None
+    _inner: list[float] = field(default_factory=list, repr=False)  # per open phase: its inner phases' time
 
     @contextmanager
     def __call__(self, phase: str):
         if self.sync is not None:
             self.sync()
         start = time.perf_counter()
+        self._inner.append(0.0)
         try:
             yield
         finally:
             if self.sync is not None:
                 self.sync()
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            inner = self._inner.pop()
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + elapsed - inner
+            if self._inner:
+                self._inner[-1] += elapsed
 
     def metrics(self) -> dict[str, float]:
         return {f"time/{k}_s": v for k, v in self.seconds.items()}
