@@ -70,6 +70,8 @@ services-deps:
 test-slow: $(VENV)/.installed-envs
 	-$(MAKE) gpu-bundle
 	$(PY) -m pytest -m slow || [ $$? -eq 5 ]  # 5 = no slow test collected
+	# the slow ones on the real engine (one vLLM engine per rank), where its venv was built
+	if [ -x $(VPY) ]; then $(VPY) -m pytest -m "vllm and slow" -rs || [ $$? -eq 5 ]; fi
 
 # Wheels a lent GPU machine lacks for `hindsight train` and scripts/gpu_check.py (Python 3.12,
 # manylinux x86-64, < 50 MiB; git-ignored). Carry it and run, on the GPU machine:
