@@ -26,12 +26,17 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainer.config import ConfigError, RunConfig, from_dict, to_dict
 
-RESULT_FILE = "ranks_result.json"  # rank 0's RunResult, read back by the launcher
+if TYPE_CHECKING:
+    from trainer.run.loop import RunResult
+
+# rank 0's RunResult, read back by the launcher (Train V2's Result.metrics stays None for a
+# report without a checkpoint, measured with Ray 2.60, so the result travels as a file)
+RESULT_FILE = "ranks_result.json"
 # What the Tune trial of a parallel run books itself: Tune refuses a trial of no resources,
 # and the trial only waits on Train's controller (which takes none); the ranks share the rest
 # of the trial's CPUs, so a trial still books exactly its study file's resources.
@@ -41,14 +46,6 @@ TRIAL_CPU = 0.01
 class RanksFailed(RuntimeError):
     """A rank of a parallel run raised; the message carries its traceback."""
 
-
-@dataclass
-class RanksResult:
-    """What rank 0's :func:`trainer.run.loop.train` returned (the fields of its RunResult)."""
-
-    run_id: str
-    status: str
-    final_metrics: dict[str, float] = field(default_factory=dict)
 
 
 def wants_gpu(cfg: RunConfig, cluster_gpus: float) -> bool:
@@ -108,7 +105,7 @@ def _rank_main(config: dict) -> None:
 
 
 def train_on_ranks(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, progress: bool = True,
-                   trial_resources: dict[str, float] | None = None) -> RanksResult:
+                   trial_resources: dict[str, float] | None = None) -> RunResult:
     """Train ``cfg`` on ``cfg.parallel.workers`` ranks started by Ray Train on the Ray this
     process is connected to; return rank 0's result. ``trial_resources``: the study's
     per-trial resources when called inside a trial. Raises :class:`RanksFailed` when a rank
@@ -118,6 +115,9 @@ def train_on_ranks(cfg: RunConfig, *, run_id: str | None = None, resume: bool = 
     from ray.train import FailureConfig, ScalingConfig
     from ray.train import RunConfig as TrainRunConfig
     from ray.train.torch import TorchConfig, TorchTrainer
+
+    # deferred: trainer.run.loop imports torch
+    from trainer.run.loop import RunResult
 
     workers = cfg.parallel.workers
     gpu = wants_gpu(cfg, ray.cluster_resources().get("GPU", 0.0))
@@ -140,4 +140,4 @@ def train_on_ranks(cfg: RunConfig, *, run_id: str | None = None, resume: bool = 
     done = out / RESULT_FILE
     if not done.is_file():
         raise RanksFailed(f"rank 0 ended without writing {done}")
-    return RanksResult(**json.loads(done.read_text()))
+    return RunResult(**json.loads(done.read_text()))

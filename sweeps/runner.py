@@ -73,13 +73,6 @@ def default_train_fn(cfg, *, run_id=None, resume=False, progress=True):
     return train(cfg, run_id=run_id, resume=resume, progress=progress)
 
 
-def ranks_train_fn(cfg, *, run_id=None, resume=False, progress=True, trial_resources=None):
-    """A trial of ``parallel.workers`` > 1: its ranks as Ray Train workers, each taking its
-    share of the trial's ``trial_resources`` (:mod:`sweeps.ranks`)."""
-    return train_on_ranks(cfg, run_id=run_id, resume=resume, progress=progress,
-                          trial_resources=trial_resources)
-
-
 def study_workers(study: Study) -> int:
     """The ranks of each of the study's runs (``parallel.workers`` of its base config)."""
     return study.base.parallel.workers
@@ -395,7 +388,8 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
     conc = study.max_concurrent if max_concurrent is None else max_concurrent
     check_services(study, "" if dry_run else (address or study.ray_address))
     if train_fn is None and study_workers(study) > 1:
-        train_fn = functools.partial(ranks_train_fn, trial_resources=study.resources.ray())
+        # the ranks as Ray Train workers, each taking its share of the trial's resources
+        train_fn = functools.partial(train_on_ranks, trial_resources=study.resources.ray())
     if study.search is not None:
         return _run_search(study, train_fn, conc, address, dry_run, echo, bar)
     plan = plan_trials(expand(study), study_children(study), retry_failed)

@@ -3,7 +3,6 @@ table is the stand-in tests/support/data/fake_algos.py; trainer.run and sweeps.s
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import types
 
 import pytest
 
-import trainer.run.resolve as resolve_module
+from support.fake_algos import install_fake_algos
 from support.paths import DATA, ROOT
 from sweeps import cli
 from sweeps.cli import configs, training
@@ -21,11 +20,7 @@ RUN = str(DATA / "run_seed.yaml")
 
 @pytest.fixture
 def fake_algos(monkeypatch):
-    spec = importlib.util.spec_from_file_location("fake_algos", DATA / "fake_algos.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "fake_algos", module)  # dataclasses look it up
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(resolve_module, "algos", module)  # the registry resolution reads
+    module = install_fake_algos(monkeypatch)
     monkeypatch.setattr(configs, "algos", module)  # the one `methods` lists
     return module
 

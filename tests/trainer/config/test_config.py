@@ -6,11 +6,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import sys
 
 import pytest
 
-import trainer.run.resolve as resolve_module
+from support.fake_algos import install_fake_algos
 from support.paths import DATA
 from trainer.config import (
     DEFAULT_LR,
@@ -35,12 +34,7 @@ ALGO_KEYS = ("adv_eps, beta_opd, clip_eps, clip_ratio_c, grad_clip, kl_clamp, kl
 
 @pytest.fixture
 def fake_algos(monkeypatch):
-    spec = importlib.util.spec_from_file_location("fake_algos", DATA / "fake_algos.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "fake_algos", module)  # dataclasses look it up
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(resolve_module, "algos", module)  # the registry resolution reads
-    return module
+    return install_fake_algos(monkeypatch)
 
 
 def error_of(fn, *args) -> str:
