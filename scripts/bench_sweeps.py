@@ -34,7 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sweeps.runner import init_ray, run_study
+from sweeps.ray_session import init_ray
+from sweeps.runner import run_study
 from sweeps.study import parse_study
 from trainer.run.tracking import RunLogger
 

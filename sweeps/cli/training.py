@@ -8,7 +8,6 @@ import os
 from sweeps.cli.errors import CommandError
 from sweeps.cli.loading import load_run
 from sweeps.ranks import RanksFailed, train_on_ranks
-from sweeps.runner import init_ray
 from trainer.run import loop
 from trainer.run.store import tracking_uri
 from trainer.run.tracking import RunLogger
@@ -45,6 +44,8 @@ def eval_command(args: argparse.Namespace) -> int:
 def _train_on_ranks(cfg, args: argparse.Namespace):
     """The run on Ray Train ranks. The run is created here first (or continued), so that a
     rank's failure marks it FAILED with that rank's traceback even when rank 0 was killed."""
+    from sweeps.ray_session import init_ray  # deferred: Ray, which a single-rank run never needs
+
     init_ray(args.address or "")
     run_id = args.run_id
     logger = RunLogger(tracking_uri(cfg), cfg.tracking.experiment)

@@ -103,9 +103,9 @@ def test_use_auth_sets_rays_mode_and_token_then_forgets_them(environ, tmp_path):
 # A driver that knows nothing of hindsight-lab, as anyone on the network could start one.
 RAW_ATTACH = ("import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False); "
               "print('JOINED', ray.get(ray.remote(lambda: 1).remote()))")
-# A driver as hindsight-lab connects one (sweeps.runner.init_ray with an address).
+# A driver as hindsight-lab connects one (sweeps.ray_session.init_ray with an address).
 CLI_ATTACH = ("import sys, ray\n"
-              "from sweeps.runner import init_ray\n"
+              "from sweeps.ray_session import init_ray\n"
               "from trainer.config import ConfigError\n"
               "try:\n    init_ray(sys.argv[1])\n"
               "except ConfigError as exc:\n    print(f'error: {exc}'); sys.exit(2)\n"

@@ -16,7 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from support import sweeps_fakes as fakes
 from sweeps.cli.studies import status_command
-from sweeps.runner import init_ray, run_study
+from sweeps.ray_session import init_ray
+from sweeps.runner import run_study
 from sweeps.status import study_children
 from sweeps.study import load_study
 

@@ -60,7 +60,8 @@ def server(pg, tmp_path_factory):
 def test_four_concurrent_trials_through_the_server_lose_nothing(tmp_path, server):
     import ray
 
-    from sweeps.runner import init_ray, run_study
+    from sweeps.ray_session import init_ray
+    from sweeps.runner import run_study
 
     uri, _, artifacts = server
     path = tmp_path / "study.yaml"

@@ -239,8 +239,10 @@ def test_python_m_sweeps_cli_subprocess():
 
 
 def test_train_and_eval_parse_without_importing_ray_or_optuna():
-    # A GPU image may lack Ray and Optuna (scripts/gpu_bundle.py): only `sweep` may import them.
-    code = ("import sys; from sweeps.cli import main\n"
+    # A GPU image may lack Ray and Optuna (scripts/gpu_bundle.py): only `sweep` and a parallel
+    # run may import them. The command modules themselves are imported too: `--help` alone
+    # never loads them (CI once failed on a train that pulled Optuna through sweeps.runner).
+    code = ("import sys; from sweeps.cli import main, training\n"
             "for argv in (['train', '--help'], ['eval', '--help'], ['--help']):\n"
             "    assert main(argv) == 0, argv\n"
             "heavy = sorted(m for m in ('ray', 'optuna', 'sweeps.runner') if m in sys.modules)\n"
