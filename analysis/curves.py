@@ -36,15 +36,18 @@ BUDGET_PARAMS = ("rollout.group_size", "rollout.tasks_per_step")
 AXES = ("step", "env_steps", "tokens")
 BAND_COLUMNS = ("n", "mean", "low", "high")
 RATE_LIMITS = (0.0, 1.0)  # the range of a success rate
-TRAINING_KEYS = ("train/success", "train/episode_length", "train/entropy")
+# the writer's invalid-output rate per RL step: whether SEED's self writer keeps writing
+# through RL (issue 28, item 3); a method without a writer logs none and draws no line
+TRAINING_KEYS = ("train/success", "train/episode_length", "train/entropy", "writer/invalid_rate")
+RATE_SUFFIXES = ("/success", "/invalid_rate")
 HISTORY_COLUMNS = ("run_id", "method", "key", "step", "value")
 TRAINING_BY = ("backbone", "env_label", "method", "variant")
 
 
 def rate_limits(key: str) -> tuple[float, float] | None:
-    """RATE_LIMITS for a success-rate metric key (``train/success``, ``eval/<split>/success``),
-    None for a metric with no fixed range."""
-    return RATE_LIMITS if key.endswith("/success") else None
+    """RATE_LIMITS for a rate's metric key (``train/success``, ``eval/<split>/success``,
+    ``writer/invalid_rate``), None for a metric with no fixed range."""
+    return RATE_LIMITS if key.endswith(RATE_SUFFIXES) else None
 
 
 def budgets(histories: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

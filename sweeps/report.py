@@ -16,7 +16,8 @@ from sweeps.study import load_study
 from sweeps.trials import expand
 from trainer.run.store import git_sha, make_client, with_retry
 
-CURVE_KEYS = ("train/success", "train/episode_length", "train/entropy", "train/score")
+CURVE_KEYS = ("train/success", "train/episode_length", "train/entropy", "train/score",
+              "writer/invalid_rate")
 
 
 def build_study_report(study_path: str, report_dir: str | None = None,

@@ -28,7 +28,8 @@ TRAINING_COLUMNS = (*TRAINING_BY, "key", "step", "mean", "low", "high", "n_seeds
 
 CURVE_LABELS = {"train/success": "training success rate", "train/score": "training score",
                 "train/episode_length": "episode length (turns)",
-                "train/entropy": "policy entropy (nats / token)"}
+                "train/entropy": "policy entropy (nats / token)",
+                "writer/invalid_rate": "writer's invalid-output rate"}
 AXIS_LABELS = {"step": "training step", "env_steps": "environment steps",
                "tokens": "generated tokens"}
 
@@ -67,7 +68,7 @@ def training_curves(curves: pd.DataFrame | Skipped | None, stem: str | Path, *,
         ax.set_xlabel(AXIS_LABELS["step"])
         ax.set_ylabel(CURVE_LABELS.get(key, key))
     legend_outside(fig, axes)
-    clipped = " (success rates: clipped to [0, 1])" if any(rate_limits(k) for _, _, k in panels) \
+    clipped = " (rates: clipped to [0, 1])" if any(rate_limits(k) for _, _, k in panels) \
         else ""
     fig.suptitle(f"Training curves: mean over seeds, 95% t interval{clipped}", fontsize=10)
     return save(fig, stem)

@@ -113,3 +113,18 @@ def test_training_bands_per_table_row_over_seeds():
     assert math.isnan(entropy["low"])
     assert "train/success" in training_bands(hist.assign(key="x")).reason
     assert "lacks columns ['method']" in training_bands(hist.drop(columns="method")).reason
+
+
+def test_the_writers_invalid_rate_per_step_is_a_clipped_training_curve_of_writer_rows_only():
+    """SEED's self writer's validity through RL (issue 28, item 3): writer/invalid_rate is a
+    training curve per step, banded like a rate (within [0, 1]); GRPO logs none, so no row."""
+    hist = pd.DataFrame({"run_id": ["s0", "s1", "s0", "s1", "g0"], "method": ["seed"] * 4 + ["grpo"],
+                         "seed": [0, 1, 0, 1, 0],
+                         "key": ["writer/invalid_rate"] * 4 + ["train/success"],
+                         "step": [1, 1, 2, 2, 1], "value": [0.05, 0.95, 0.6, 0.8, 0.5]})
+    assert rate_limits("writer/invalid_rate") == (0.0, 1.0)
+    out = training_bands(hist)
+    writer = out[out["key"] == "writer/invalid_rate"].set_index("step")
+    assert set(out[out["key"] == "writer/invalid_rate"]["method"]) == {"seed"}
+    assert writer.loc[1, "mean"] == pytest.approx(0.5) and writer.loc[2, "mean"] == pytest.approx(0.7)
+    assert (writer.loc[1, "low"], writer.loc[1, "high"]) == (0.0, 1.0)  # t at n = 2 leaves [0, 1]
