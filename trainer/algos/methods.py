@@ -58,6 +58,8 @@ class MethodSpec:
             during evaluation (Skill-GRPO, Skill-GRPO*, Skill-Prompt).
         skill_sft: run SEED's Stage-1 hindsight-skill SFT.
         writer_refresh: None = the config's ``writer.refresh_every``; 0 = never refresh.
+        writer_constrained: the writer samples within the analyzer's format
+            (``writer.constrained``).
         suffix_skill / suffix_weight: fixed by ETRO's suffix ablations (Table 3); None = the
             config's ``algo.suffix_skill`` / ``algo.suffix_weight``.
         library: who writes the static library when ``writer.library`` names no file
@@ -81,6 +83,7 @@ class MethodSpec:
     eval_skill: bool = False
     skill_sft: bool = False
     writer_refresh: int | None = None
+    writer_constrained: bool = False
     suffix_skill: str | None = None
     suffix_weight: float | None = None
     library: str = "oracle"
@@ -206,6 +209,14 @@ _TABLE = [
         skill_sft=True,
         writer_refresh=0,
         label="stale analyzer",
+    ),
+    _seed(
+        "seed_constrained",
+        "SEED whose self writer samples within the analyzer's tagged format (format-"
+        "constrained decoding; the method is SEED's, only the writer's sampling is masked)",
+        skill_sft=True,
+        writer_constrained=True,
+        label="constrained writer",
     ),
     _seed(
         "seed_static",

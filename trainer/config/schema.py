@@ -199,6 +199,11 @@ class WriterConfig:
     checkpoint: str = ""
     # Self writer: refresh the writer snapshot every k updates; 0 = never (stale ablation).
     refresh_every: int = field(default=1, metadata={"ge": 0})
+    # Self/frozen writer: constrain its output to the analyzer's tagged format while it
+    # samples (a token mask on the transformers backend, vLLM's structured outputs on vllm):
+    # every output then parses, with a non-empty skill and an error turn that is none or a
+    # number. The writer's prompt and SEED's method are unchanged. False = free sampling.
+    constrained: bool = False
     # Sampling temperature of the writer (self/frozen/external).
     temperature: float = field(default=0.6, metadata={"ge": 0.0})
     # Nucleus-sampling mass of the writer.

@@ -41,11 +41,18 @@ from trainer.config import WriterConfig
 from trainer.episodes.samples import Trajectory
 from trainer.hindsight.analyzer import analyzer_prompt, episode_images, parse_analyzer_output
 from trainer.models.chat import encode_chat
+from trainer.models.constrained import Literal, Text, Turn
 from trainer.models.generation import request_seed
 from trainer.models.precision import frozen_copy
 from trainer.run.checkpoint import load_module
 
 INVALID = Hindsight(positive_skill="", valid=False)
+
+# ANALYZER_FORMAT as a template for format-constrained decoding (``writer.constrained``)
+ANALYZER_TEMPLATE = (
+    Literal("<positive>"), Text("</positive>"), Literal("\n<error_turn>"), Turn("</error_turn>"),
+    Literal("\n<negative>"), Text("</negative>"),
+)
 
 
 class Writer(Protocol):
@@ -108,6 +115,7 @@ class SelfWriter:
             [p for p, _ in inputs], max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature,
             top_p=self.cfg.top_p, stop_strings=("</negative>",), images=images if any(images) else None,
             seeds=None if seed is None else [request_seed(seed, i) for i in range(len(inputs))],
+            template=ANALYZER_TEMPLATE if self.cfg.constrained else None,
         )
         return [parse_analyzer_output(o.text, len(t.turns)) for o, t in zip(outs, trajectories)]
 

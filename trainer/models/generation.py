@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer.models.constrained import Part
+
 # A response is complete when it closes its action, query or answer (or ends its turn).
 STOP_STRINGS: tuple[str, ...] = ("</action>", "</search>", "</answer>")
 
@@ -63,12 +65,15 @@ class GenerationBackend(abc.ABC):
         stop_token_ids: Sequence[int] | None = None,
         seeds: Sequence[int] | None = None,
         images: Sequence[Sequence] | None = None,
+        template: Sequence[Part] | None = None,
     ) -> list[Generation]:
         """Sample one response per prompt.  ``temperature == 0`` is greedy decoding.
         ``stop_token_ids`` None = the tokenizer's ``<|im_end|>`` and EOS ids.  ``seeds[i]``:
         prompt i's own sampling seed (:func:`request_seed`), so that its response does not
         depend on the other prompts of the call; None = unseeded.  ``images[i]``: the
-        images of prompt i's placeholders, in order (a vision-language model)."""
+        images of prompt i's placeholders, in order (a vision-language model).
+        ``template``: constrain every response to that tagged template
+        (:mod:`trainer.models.constrained`); None = free sampling."""
 
     def sync_weights(self, model: PreTrainedModel) -> None:  # noqa: B027 - optional hook
         """Sample from ``model`` from now on, with its current weights (no-op when the

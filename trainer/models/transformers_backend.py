@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer.models.constrained import TemplateMask
 from trainer.models.generation import (
     STOP_STRINGS,
     Generation,
@@ -59,6 +60,7 @@ class TransformersBackend(GenerationBackend):
         self._kept: _KeptCache | None = None
         self.reused_tokens = 0  # prompt tokens served from a kept cache (for benchmarks)
         self._token_text: dict[int, str] = {}  # token id -> its own decoded text (stop strings)
+        self._templates: dict[tuple, TemplateMask] = {}  # a template's token classes, built once
 
     @contextlib.contextmanager
     def reuse_prefixes(self) -> Iterator[None]:
@@ -87,10 +89,18 @@ class TransformersBackend(GenerationBackend):
         stop_token_ids=None,
         seeds=None,
         images=None,
+        template=None,
     ) -> list[Generation]:
         request = prepare_request(self.tokenizer, prompts, max_new_tokens, temperature, top_p, stop_token_ids,
                            seeds, images)
         device = self.model.device
+        shape = None
+        if template is not None:
+            key = tuple(template)
+            if key not in self._templates:
+                vocab = self.model.get_output_embeddings().weight.shape[0]
+                self._templates[key] = TemplateMask(self.tokenizer, key, vocab)
+            shape = self._templates[key]
         generators = None
         if any(s is not None for s in request.seeds):
             if any(s is None for s in request.seeds):
@@ -106,13 +116,13 @@ class TransformersBackend(GenerationBackend):
             pictures = [i for row in request.images[rows] for i in row]
             out += self._generate_chunk(
                 prompts[rows], max_new_tokens, temperature, top_p, tuple(stop_strings), set(request.stops),
-                None if generators is None else generators[rows], keep, pictures,
+                None if generators is None else generators[rows], keep, pictures, shape,
             )
         return out
 
     def _generate_chunk(
         self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generators, keep,
-        images=(),
+        images=(), template=None,
     ):
         was_training = self.model.training
         self.model.eval()
@@ -120,7 +130,7 @@ class TransformersBackend(GenerationBackend):
             with autocast(self.model):
                 rows = self._decode_loop(
                     prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generators, keep,
-                    images,
+                    images, template,
                 )
         finally:
             self.model.train(was_training)
@@ -128,7 +138,7 @@ class TransformersBackend(GenerationBackend):
 
     def _decode_loop(
         self, prompts, max_new_tokens, temperature, top_p, stop_strings, stops, generators, keep,
-        images=(),
+        images=(), template=None,
     ):
         """Token-by-token decoding; returns [(token_ids, logprobs, finished)] per prompt.
 
@@ -136,7 +146,9 @@ class TransformersBackend(GenerationBackend):
         prompt and its sampled tokens); positions fed after a row stopped are masked out, so
         that the cache can be kept for the next turn (``keep``, :meth:`reuse_prefixes`).
         ``generators``: one per row (their draws never depend on the other rows).
-        ``images``: those of every prompt's placeholders, prompt by prompt."""
+        ``images``: those of every prompt's placeholders, prompt by prompt.  ``template`` (a
+        :class:`~trainer.models.constrained.TemplateMask`): each row samples only the tokens
+        its cursor allows and stops when the template is complete."""
         device = self.model.device
         start = self._resume(prompts) if keep else None
         extra = {}  # a vision model's pixel values, fed with the prefill only
@@ -156,6 +168,7 @@ class TransformersBackend(GenerationBackend):
         done = [False] * len(prompts)
         nxt, fed = None, []  # last sampled tokens [B]; rows to which they belong
         live = list(range(len(prompts)))  # batch row -> prompt; a finished row leaves unless keep
+        cursors = None if template is None else [template.cursor(max_new_tokens) for _ in prompts]
         for _ in range(max_new_tokens):
             if nxt is not None:
                 step_ids = nxt.unsqueeze(-1)  # [B, 1]
@@ -176,6 +189,11 @@ class TransformersBackend(GenerationBackend):
             ).logits[:, -1, :]  # [B, V]
             if self._banned:
                 logits[:, self._banned] = float("-inf")
+            if cursors is not None:
+                allowed = [cursors[row].allowed() for row in live]
+                for b, ok in enumerate(allowed):
+                    if ok is not None:
+                        logits[b, ~ok.to(logits.device)] = float("-inf")
             nxt, nxt_logp = sample_next(logits, temperature, top_p, generators)  # [B], [B]
             fed = [not done[row] for row in live]
             for row, tok, lp in zip(live, nxt.tolist(), nxt_logp.tolist()):
@@ -183,6 +201,9 @@ class TransformersBackend(GenerationBackend):
                     tokens[row].append(tok)
                     logprobs[row].append(lp)
                     done[row] = tok in stops or self._hit_stop_string(tokens[row], stop_strings)
+                    if cursors is not None:
+                        cursors[row].feed(tok)
+                        done[row] = done[row] or cursors[row].done
             if all(done):
                 break
             if self.drop_finished and not keep and any(done[row] for row in live):

@@ -12,6 +12,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.config import ModelConfig, VLLMConfig, is_builtin_backbone
+from trainer.models.constrained import template_regex
 from trainer.models.generation import STOP_STRINGS, Generation, GenerationBackend, prepare_request
 from trainer.models.precision import compute_dtype
 from trainer.models.vision import vision_token_ids
@@ -127,9 +128,13 @@ class VLLMBackend(GenerationBackend):
         stop_token_ids=None,
         seeds=None,
         images=None,
+        template=None,
     ) -> list[Generation]:
         request = prepare_request(self.tokenizer, prompts, max_new_tokens, temperature, top_p, stop_token_ids,
                            seeds, images)
+        # a template becomes vLLM's structured outputs: the same language as a regular expression
+        shaped = {} if template is None else {"structured_outputs": self._vllm.sampling_params.StructuredOutputsParams(
+            regex=template_regex(template))}
         self._wake()
         if self._synced != weights_version(self.model):
             self._push()
@@ -144,6 +149,7 @@ class VLLMBackend(GenerationBackend):
             skip_special_tokens=False,
             logprobs=0,  # the sampled token's own log-prob
             **({"logit_bias": self._bias} if self._bias else {}),
+            **shaped,
         ) for seed in request.seeds]
         # Prompts carry their image placeholders already expanded (trainer.vision), as the
         # training model scores them; vLLM takes the images as multi-modal data beside them.

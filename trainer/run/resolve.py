@@ -111,7 +111,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
 
     A method that pins the writer refresh (spec ``writer_refresh`` not None, e.g. the stale
     analyzer ``seed_stale`` = 0, never) overrides ``writer.refresh_every``, and so does the
-    frozen writer (0).  Raises ConfigError for an
+    frozen writer (0); one that constrains its writer (``seed_constrained``) sets
+    ``writer.constrained``.  Raises ConfigError for an
     unknown method/env, an oracle writer on a non-built-in env, an external writer without
     endpoint, or a default the method table leaves open.
     """
@@ -135,6 +136,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
         fills["env.level"] = env_cls.levels[0]
     if spec.writer_refresh is not None:
         fills["writer.refresh_every"] = spec.writer_refresh
+    if spec.writer_constrained:
+        fills["writer.constrained"] = True
     if (fills.get("writer.kind") or cfg.writer.kind) == "frozen":
         fills["writer.refresh_every"] = 0  # a frozen writer is never refreshed: logged as such
     out = apply_overrides(cfg, fills)  # validates everything, resolve_algo's changes too
@@ -183,6 +186,10 @@ def _check_writer(cfg: RunConfig) -> None:
                           f"is {cfg.writer.kind!r}; set writer.kind=frozen or drop the checkpoint")
     if cfg.writer.checkpoint:
         require_model_folder(cfg.writer.checkpoint, "writer.checkpoint")
+    if cfg.writer.constrained and cfg.writer.kind not in ("self", "frozen"):
+        raise ConfigError(f"writer.constrained: only the self and frozen writers sample with the "
+                          f"analyzer format, but writer.kind is {cfg.writer.kind!r}; drop it or "
+                          f"set writer.kind=self or frozen")
     if cfg.writer.kind == "external" and not cfg.writer.endpoint:
         raise ConfigError("writer.endpoint: required when writer.kind is 'external' "
                           "(an OpenAI-compatible base URL)")

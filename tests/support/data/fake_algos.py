@@ -21,6 +21,7 @@ class FakeSpec:
     lambda_opd: float | None
     skill_sft: bool
     writer_refresh: int | None = None
+    writer_constrained: bool = False
 
 
 METHODS = {

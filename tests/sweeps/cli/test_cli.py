@@ -3,6 +3,7 @@ table is the stand-in tests/support/data/fake_algos.py; trainer.run and sweeps.s
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -143,7 +144,8 @@ def test_methods_prints_the_registry_table(fake_algos, capsys):
     rows = {tuple(line.split()[:3]) for line in parts[1:]}
     assert ("OPD", "loss", "seed_gated") in rows and ("credit", "rule", "etro") in rows
     opd = next(line for line in parts if "seed_gated" in line)
-    assert opd.endswith("tests/support/data/fake_algos.py:59  fake_algos:seed_gated_part"), opd
+    line = inspect.getsourcelines(fake_algos.seed_gated_part)[1]
+    assert opd.endswith(f"tests/support/data/fake_algos.py:{line}  fake_algos:seed_gated_part"), opd
 
 
 def test_format_table_pads_all_but_the_last_column():

@@ -34,6 +34,7 @@ EXPECTED_NAMES = [
     "seed_no_sft",
     "seed_no_self_evolving",
     "seed_stale",
+    "seed_constrained",
     "seed_static",
     "seed_static_oracle",
     "gated_static",
@@ -321,6 +322,18 @@ def test_seed_no_self_evolving_resolves_to_stage1_then_plain_grpo():
     stale = resolve(apply_overrides(RunConfig(), {"algo.method": "seed_stale"}))
     assert stale.stages.skill_sft.enabled is True and stale.writer.refresh_every == 0
     assert (stale.algo.lambda_opd, stale.writer.kind) == (0.01, "self")
+
+
+def test_seed_constrained_is_seed_with_a_format_constrained_writer():
+    """The lever against the self writer's collapse changes the writer's sampling only: the
+    resolved config equals SEED's but for ``writer.constrained``, which SEED leaves off."""
+    from trainer.config import RunConfig, apply_overrides, flatten
+    from trainer.run.resolve import resolve
+
+    seed = flatten(resolve(apply_overrides(RunConfig(), {"algo.method": "seed"})))
+    shaped = flatten(resolve(apply_overrides(RunConfig(), {"algo.method": "seed_constrained"})))
+    assert {k for k in seed if seed[k] != shaped[k]} == {"algo.method", "writer.constrained"}
+    assert (seed["writer.constrained"], shaped["writer.constrained"]) == (False, True)
 
 
 def test_sdar_is_not_passed_off_as_reproduced():

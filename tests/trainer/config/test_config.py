@@ -235,6 +235,9 @@ def test_resolve_keeps_explicit_values_and_applies_pinned_refresh(fake_algos):
      "writer.checkpoint: only the frozen writer reads it, but writer.kind is 'oracle'"),
     ({"algo.method": "etro", "writer.kind": "frozen", "writer.checkpoint": "/no/such/model"},
      "writer.checkpoint: '/no/such/model' is not a saved model folder"),
+    ({"algo.method": "etro", "writer.constrained": True},
+     "writer.constrained: only the self and frozen writers sample with the analyzer format, "
+     "but writer.kind is 'oracle'"),
     ({"algo.method": "open"},
      "method 'open' gives no default for algo.lambda_opd; set it explicitly"),
     ({"algo.method": "nope"}, "algo.method: unknown method 'nope';"),

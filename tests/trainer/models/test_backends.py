@@ -107,6 +107,30 @@ def test_returned_logprobs_are_the_scorers(policy, engines, kind, temperature):
         torch.testing.assert_close(torch.tensor(o.logprobs), scored, atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_template_holds_every_response_on_both_backends(policy, engines, kind):
+    """The self writer's format constraint (``writer.constrained``): the warm start's
+    policy, asked for hindsight it was never taught to write, answers in the analyzer's
+    format on every request (a token mask on transformers, structured outputs on vLLM), and
+    each answer parses with a non-empty skill."""
+    import re
+
+    from trainer.hindsight.analyzer import parse_analyzer_output
+    from trainer.hindsight.writers import ANALYZER_TEMPLATE
+    from trainer.models.constrained import template_regex
+
+    _, tokenizer = policy
+    prompt = encode_chat(tokenizer, PROMPT)
+    seeds = [request_seed("shaped", i) for i in range(8)]
+    outs = engines(kind).generate([prompt] * 8, max_new_tokens=96, temperature=1.0, seeds=seeds,
+                                  stop_strings=("</negative>",), template=ANALYZER_TEMPLATE)
+    language = re.compile(template_regex(ANALYZER_TEMPLATE), re.DOTALL)
+    for out in outs:
+        assert language.fullmatch(out.text), out.text
+        assert parse_analyzer_output(out.text, 4).valid
+    assert len(set(texts(outs))) >= 6
+
+
 def test_transformers_backend_refuses_half_seeded_calls(policy):
     model, tokenizer = policy
     prompt = encode_chat(tokenizer, PROMPT)
