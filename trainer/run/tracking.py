@@ -67,10 +67,19 @@ CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages
                 "model.vllm", "algo.micro_batch_size", "writer.concurrency", "parallel")
 
 
+# Fields added to the config after studies were recorded, with the default those studies ran
+# at: a cell that keeps the default hashes as it did before the field existed, so a study
+# extended with the new setting continues (its finished trials are skipped, not rerun).
+ADDED_FIELDS = {"writer.constrained": False}
+
+
 def cell_id(cfg: RunConfig) -> str:
     """Short stable hash of the resolved config without seed, tracking and output: runs
     that differ only by seed share a cell."""
-    text = canonical_json(resolve(cfg), exclude=CELL_EXCLUDE)
+    resolved = resolve(cfg)
+    flat = flatten(resolved)
+    unset = tuple(k for k, default in ADDED_FIELDS.items() if flat[k] == default)
+    text = canonical_json(resolved, exclude=CELL_EXCLUDE + unset)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
