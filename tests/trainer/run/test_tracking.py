@@ -66,6 +66,21 @@ def test_cell_id_ignores_seed_tracking_output_only(tmp_path):
     assert cell_id(a) == cell_id(_cfg(tmp_path, **{"algo.lambda_opd": 0.01}))
 
 
+def test_a_field_added_later_keeps_the_ids_of_cells_at_its_default(tmp_path):
+    """A cell that keeps an added field's default hashes as if the field did not exist (the
+    ids of studies recorded before it), and one that sets it is a new cell."""
+    import hashlib
+
+    from trainer.config import canonical_json
+    from trainer.run.resolve import resolve
+    from trainer.run.tracking import ADDED_FIELDS, CELL_EXCLUDE
+
+    cfg = _cfg(tmp_path)
+    before = canonical_json(resolve(cfg), exclude=CELL_EXCLUDE + tuple(ADDED_FIELDS))
+    assert cell_id(cfg) == hashlib.sha256(before.encode()).hexdigest()[:12]
+    assert cell_id(cfg) != cell_id(_cfg(tmp_path, **{"writer.constrained": True}))
+
+
 def test_start_logs_tags_params_and_config(tmp_path, store):
     cfg = _cfg(tmp_path, store)
     logger = _logger(cfg)
