@@ -9,7 +9,9 @@ without ``<`` (so no stray tag can open inside it); the field ends when the mode
 the start of its closing tag (only once the field holds a non-blank character), and the rest
 of the tag and the next literal are forced.  A row closes its field early when the token
 budget left would not hold the rest of the template, so every constrained output parses.
-A forced token is sampled with probability 1 (its log-prob is 0).
+A forced token is sampled with probability 1 (its log-prob is 0).  On vLLM the regular
+expression knows no token budget: a response that runs out of ``max_new_tokens`` inside a
+field stays unclosed and parses as invalid, as a free one would.
 """
 
 from __future__ import annotations
