@@ -81,6 +81,7 @@ def test_trials_land_on_both_nodes_within_their_resources(tmp_path, cluster):
     assert max(r.data.metrics["node_concurrency"] for r in runs) == 1
 
 
+@pytest.mark.slow  # about 40 s (a killed node or server and its recovery): .ci/run's slow phase
 def test_driver_killed_then_relaunched_finds_the_finished_trials(tmp_path, cluster):
     """The study names the cluster in its ray_address field; the driver (a process of its
     own) is SIGKILLed mid-study while the cluster stays up; the relaunch skips the
@@ -128,6 +129,7 @@ def test_driver_killed_then_relaunched_finds_the_finished_trials(tmp_path, clust
         assert steps == set(range(6))
 
 
+@pytest.mark.slow  # about 40 s (a killed node or server and its recovery): .ci/run's slow phase
 def test_node_killed_mid_trial_trials_retried_in_their_runs(tmp_path, cluster):
     """Last in this module: it kills the second node.  Its trials are retried by Tune on the
     head (FailureConfig) and continue the same runs; the study completes, one run a pair."""

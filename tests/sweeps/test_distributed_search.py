@@ -46,6 +46,7 @@ def test_two_searchers_share_the_trials_budget(tmp_path):
     assert search.remaining_trials(study) == 3
 
 
+@pytest.mark.slow  # about 40 s (PostgreSQL and two drivers): .ci/run's slow phase
 @pytest.mark.services
 def test_two_drivers_feed_one_study_on_postgresql(tmp_path):
     try:

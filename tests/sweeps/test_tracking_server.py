@@ -127,6 +127,7 @@ def test_hindsight_ui_serves_a_postgresql_store(tmp_path, pg, server):
     assert f"runs of study served: http://127.0.0.1:{port}/#/experiments/" in out
 
 
+@pytest.mark.slow  # about 40 s (a killed node or server and its recovery): .ci/run's slow phase
 def test_server_restarted_mid_study_loses_nothing(tmp_path, pg):
     """The server goes away while two trials log (its process group stopped) and comes
     back on the same port and database: the clients' retries carry every step over."""
