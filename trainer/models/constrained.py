@@ -94,32 +94,39 @@ class TemplateMask:
                     out[i] = len(self.forced(tail))
             return torch.tensor(out)
 
-        self.content = tokens(lambda t: "<" not in t)
-        self.blank = tokens(lambda t: not t.strip())
-        self.digits = tokens(str.isdigit)
+        self.content = content = tokens(lambda t: "<" not in t)
+        blank = tokens(lambda t: not t.strip())
+        digits = tokens(str.isdigit)
         self.none_start = tokens(lambda t: "none".startswith(t))
-        self.close_cost, self.none_cost = {}, {}
+        # per field and state, what each token costs (INF: not allowed): built once, so a
+        # decoding step only compares them with the budget left
+        self.costs: list[dict[str, torch.Tensor]] = []
         for part in self.parts:
             if isinstance(part, Literal):
+                self.costs.append({})
                 continue
-            close = part.close
-            self.close_cost[close] = costs(
-                lambda t, c=close: c[len(t):] if c.startswith(t) else None)
-            if isinstance(part, Turn):
-                if not bool((self.digits | self.none_start).any()):
-                    raise ValueError("the tokenizer has no token that starts a turn number or 'none'")
-                self.none_cost[close] = costs(
-                    lambda t, c=close: "none"[len(t):] + c if "none".startswith(t) else None)
+            c, close = part.close, len(self.forced(part.close))
+            closing = costs(lambda t, c=c: c[len(t):] if c.startswith(t) else None)
+            if isinstance(part, Text):
+                self.costs.append({
+                    # a blank token leaves the field blank: one more token before the close
+                    "empty": torch.where(content, close + blank.long(), INF),
+                    "written": torch.minimum(torch.where(content, close, INF), closing),
+                    "closing": closing})
+                continue
+            if not bool((digits | self.none_start).any()):
+                raise ValueError("the tokenizer has no token that starts a turn number or 'none'")
+            number = torch.where(digits, close, INF)
+            self.costs.append({
+                "empty": torch.minimum(number, costs(
+                    lambda t, c=c: "none"[len(t):] + c if "none".startswith(t) else None)),
+                "written": torch.minimum(number, closing), "full": closing, "closing": closing})
         # tokens still to emit after part i at the least: its successors' literals and
         # closing tags, and one content token a field
-        self.after = [0] * len(self.parts)
-        for i in range(len(self.parts) - 2, -1, -1):
-            nxt = self.parts[i + 1]
-            least = len(self.forced(nxt.text)) if isinstance(nxt, Literal) else 1 + len(self.forced(nxt.close))
-            self.after[i] = self.after[i + 1] + least
-        first = self.parts[0]
-        self.min_tokens = self.after[0] + (
-            len(self.forced(first.text)) if isinstance(first, Literal) else 1 + len(self.forced(first.close)))
+        least = [len(self.forced(p.text)) if isinstance(p, Literal) else 1 + len(self.forced(p.close))
+                 for p in self.parts]
+        self.after = [sum(least[i + 1:]) for i in range(len(least))]
+        self.min_tokens = sum(least)
 
     def forced(self, text: str) -> list[int]:
         """The token ids that spell ``text`` (a fresh list; cached per text)."""
@@ -162,28 +169,20 @@ class Cursor:
         if not self.queue:
             self._next_part()
 
-    def _costs(self) -> torch.Tensor:
-        """Per token, the tokens the current field needs after it (INF: not allowed here)."""
-        m, part = self.mask, self.mask.parts[self.part]
-        close = len(m.forced(part.close))
-        closing = m.close_cost[part.close]
-        if isinstance(part, Text):
-            if self.written.strip():
-                return torch.minimum(torch.where(m.content, close, INF), closing)
-            # a blank token leaves the field blank: one more token before the close at least
-            return torch.where(m.content, close + m.blank.long(), INF)
-        if not self.written:
-            return torch.minimum(torch.where(m.digits, close, INF), m.none_cost[part.close])
-        if len(self.written) >= part.max_digits:
-            return closing
-        return torch.minimum(torch.where(m.digits, close, INF), closing)
+    def _state(self) -> str:
+        """The current field's state: nothing (non-blank) written yet, written, or full."""
+        part = self.mask.parts[self.part]
+        if isinstance(part, Turn) and len(self.written) >= part.max_digits:
+            return "full"
+        blank = not self.written.strip() if isinstance(part, Text) else not self.written
+        return "empty" if blank else "written"
 
     def allowed(self) -> torch.Tensor | None:
         """A bool mask [V] of the tokens the row may sample, or None once it is done."""
         if self.done:
             return None
         if not self.queue:
-            ok = 1 + self._costs() <= self.left - self.mask.after[self.part]
+            ok = 1 + self.mask.costs[self.part][self._state()] <= self.left - self.mask.after[self.part]
             if bool(ok.any()):
                 return ok
             # only the rest of the template fits the budget left: close the field now
@@ -206,7 +205,7 @@ class Cursor:
             return
         m, part = self.mask, self.mask.parts[self.part]
         text = m.texts[token]
-        if m.close_cost[part.close][token] < INF:
+        if m.costs[self.part]["closing"][token] < INF:
             self._force(part.close[len(text):])  # the rest of the tag
             return
         self.written += text

@@ -189,11 +189,11 @@ class TransformersBackend(GenerationBackend):
             ).logits[:, -1, :]  # [B, V]
             if self._banned:
                 logits[:, self._banned] = float("-inf")
-            if cursors is not None:
+            if cursors is not None:  # a finished row (None) samples freely: its token is not kept
                 allowed = [cursors[row].allowed() for row in live]
-                for b, ok in enumerate(allowed):
-                    if ok is not None:
-                        logits[b, ~ok.to(logits.device)] = float("-inf")
+                every = torch.ones(logits.shape[-1], dtype=torch.bool)
+                ok = torch.stack([every if a is None else a for a in allowed]).to(logits.device)
+                logits = logits.masked_fill(~ok, float("-inf"))
             nxt, nxt_logp = sample_next(logits, temperature, top_p, generators)  # [B], [B]
             fed = [not done[row] for row in live]
             for row, tok, lp in zip(live, nxt.tolist(), nxt_logp.tolist()):

@@ -7,16 +7,13 @@ import pytest
 import torch
 
 from envs.base import Episode, Task, Turn, format_response
-from trainer.config import TinyModelConfig
+from support.tiny import SMALL
 from trainer.episodes.samples import SampleBuilder, TokenSequence, Trajectory
 from trainer.episodes.scoring import collate_actions, score_trajectories, sequence_logprobs
 from trainer.models.backbones import build_tiny_model, train_tokenizer
 from trainer.models.chat import encode
 
 SKILL = "Open the fridge only while holding the apple."
-SMALL = TinyModelConfig(
-    hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64, vocab_size=400
-)
 
 
 class FakeEnv:

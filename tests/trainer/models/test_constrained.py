@@ -11,22 +11,19 @@ import pytest
 import torch
 
 from envs.base import Hindsight
-from trainer.config import TinyModelConfig
+from support.tiny import CORPUS as TINY_CORPUS
+from support.tiny import SMALL
 from trainer.hindsight.analyzer import analyzer_target, parse_analyzer_output
 from trainer.hindsight.writers import ANALYZER_TEMPLATE
 from trainer.models.backbones import build_tiny_model, train_tokenizer
 from trainer.models.constrained import Literal, TemplateMask, Text, Turn, template_regex
 from trainer.models.transformers_backend import TransformersBackend
 
-CORPUS = [
-    "You are in the middle of a room. You see a fridge 1, a countertop 2 and a sinkbasin 1.",
-    "<think>I need the apple.</think><action>go to countertop 2</action>",
+# the tiny test model's corpus, and the analyzer's format, so that its tags are tokens
+CORPUS = TINY_CORPUS + [
     "<positive>go to the fridge</positive>\n<error_turn>none</error_turn>\n<negative>none</negative>",
     "step 12 failed: the agent went to the sinkbasin 3 first.",
 ] * 30
-SMALL = TinyModelConfig(
-    hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64, vocab_size=400
-)
 LANGUAGE = re.compile(template_regex(ANALYZER_TEMPLATE), re.DOTALL)
 STOP = ("</negative>",)
 

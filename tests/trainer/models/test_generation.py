@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from support.paths import DATA
+from support.tiny import CORPUS, SMALL
 from trainer.config import ModelConfig, TinyModelConfig
 from trainer.models.backbones import build_tiny_model, load_model, load_smollm2, train_tokenizer
 from trainer.models.backends import make_backend
@@ -22,16 +23,6 @@ from trainer.models.generation import (
     sample_next,
 )
 from trainer.models.transformers_backend import TransformersBackend
-
-CORPUS = [
-    "You are in the middle of a room. You see a fridge 1, a countertop 2 and a sinkbasin 1.",
-    "<think>I need the apple.</think><action>go to countertop 2</action>",
-    "<think>Search first.</think><search>capital of france</search>",
-    "<answer>Paris</answer> On the countertop 2, you see an apple 1.",
-] * 30
-SMALL = TinyModelConfig(
-    hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64, vocab_size=400
-)
 
 
 @pytest.fixture(scope="module")
