@@ -18,7 +18,8 @@ Layouts (ETRO = etro-paper.md, SEED = seed-review.txt):
 * ``seed_ablation`` -- SEED Table 2: full / w/o skill SFT / w/o self-evolving / static
   library; markers against the full method.
 * ``seed_writer`` -- not a paper table: SEED against its self-writer probes (the stale
-  analyzer, never refreshed; the format-constrained writer); markers against SEED.
+  analyzer, never refreshed; the format-constrained writer; Stage-1 writer replay, not
+  SEED); markers against SEED.
 * ``etro_branches`` -- ETRO Table 2 (skill selection and branch combination); baseline GRPO.
 * ``etro_suffix`` -- ETRO Table 3 (suffix supervision and boundary selection); vs ETRO.
 * ``etro_alpha`` -- ETRO Table 4: post-error weight alpha x suffix skill; alpha = 0 is ETRO.
@@ -268,7 +269,8 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
            ("seed", "seed_no_sft", "seed_no_self_evolving", "seed_static"), "seed", HEADLINE,
            method_table, {"seed": "SEED (full)"}),
     Layout("seed_writer", "SEED's self writer through RL (this tool's probes, not a paper table; %)",
-           ("seed", "seed_stale", "seed_constrained"), "seed", HEADLINE, method_table,
+           ("seed", "seed_stale", "seed_constrained", "seed_writer_replay"), "seed", HEADLINE,
+           method_table,
            {"seed": "SEED (refreshed, free sampling)"}),
     Layout("etro_branches", "Skill selection and branch combination (ETRO Table 2; %)",
            ("grpo", "etro_global_positive", "etro_global_negative", "etro_global_both",

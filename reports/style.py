@@ -33,6 +33,7 @@ REPORTED_LABELS = {"opid": "OPID", "icsd": "ICSD", "sdar": "SDAR"}
 METHOD_ORDER = (
     "grpo", "grpo_opsd", "skill_sd", "rlsd", "seed", "etro",
     "seed_no_sft", "seed_no_self_evolving", "seed_static", "seed_stale", "seed_constrained",
+    "seed_writer_replay",
     "etro_global_positive", "etro_global_negative", "etro_global_both", "etro_positive_only",
     "etro_negative_only",
     "etro_suffix_positive", "etro_suffix_negative", "etro_random_boundary", "etro_neg_prefix",

@@ -16,6 +16,7 @@ PRINTED = {
     "rlsd": "RLSD", "sdar": "SDAR", "gated_static": "Gated static skill", "seed": "SEED",
     "etro": "ETRO", "seed_no_sft": "w/o skill SFT", "seed_no_self_evolving": "w/o self-evolving",
     "seed_stale": "stale analyzer", "seed_constrained": "constrained writer",
+    "seed_writer_replay": "writer replay (not SEED)",
     "seed_static": "static skill library",
     "seed_static_oracle": "static oracle library", "skill_grpo": "Skill-GRPO",
     "skill_grpo_star": "Skill-GRPO*", "skill_prompt": "Skill-Prompt", "vanilla": "Vanilla",

@@ -60,6 +60,8 @@ class MethodSpec:
         writer_refresh: None = the config's ``writer.refresh_every``; 0 = never refresh.
         writer_constrained: the writer samples within the analyzer's format
             (``writer.constrained``).
+        writer_replay: the weight of Stage-1 writer examples replayed in every RL minibatch
+            (``stages.skill_sft.replay``; 0 = none, as every published method).
         suffix_skill / suffix_weight: fixed by ETRO's suffix ablations (Table 3); None = the
             config's ``algo.suffix_skill`` / ``algo.suffix_weight``.
         library: who writes the static library when ``writer.library`` names no file
@@ -84,6 +86,7 @@ class MethodSpec:
     skill_sft: bool = False
     writer_refresh: int | None = None
     writer_constrained: bool = False
+    writer_replay: float = 0.0
     suffix_skill: str | None = None
     suffix_weight: float | None = None
     library: str = "oracle"
@@ -217,6 +220,14 @@ _TABLE = [
         skill_sft=True,
         writer_constrained=True,
         label="constrained writer",
+    ),
+    _seed(
+        "seed_writer_replay",
+        "SEED plus Stage-1 writer replay: each RL minibatch adds the NLL of 8 Stage-1 "
+        "trajectory -> skill examples (not in SEED; a probe of the self writer under RL)",
+        skill_sft=True,
+        writer_replay=1.0,
+        label="writer replay (not SEED)",
     ),
     _seed(
         "seed_static",

@@ -339,6 +339,12 @@ class SkillSFTConfig:
     lr: float | None = field(default=None, metadata={"gt": 0.0})
     # Sequences per SFT batch.
     batch_size: int = field(default=8, metadata={"ge": 1})
+    # Stage-1 writer replay (not in SEED; an opt-in variant against the self writer's drift):
+    # every RL minibatch adds this weight times the NLL of replay_batch Stage-1 examples
+    # (trajectory -> skill) drawn at random, before its optimizer step. 0 = none (SEED).
+    replay: float = field(default=0.0, metadata={"ge": 0.0})
+    # Stage-1 examples replayed per RL minibatch (with stages.skill_sft.replay > 0).
+    replay_batch: int = field(default=8, metadata={"ge": 1})
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import torch
 STEP_PREFIX = "step_"
 RL_INIT = "rl_init.pt"
 WRITER = "writer.pt"
+REPLAY = "replay.pt"
 
 
 @dataclass
@@ -119,6 +120,26 @@ def load_trainer_state(path: str | Path, optimizer: torch.optim.Optimizer | None
 def rl_init_path(root: str | Path) -> Path:
     """Where the run's RL-initial policy (the KL reference) is saved."""
     return Path(root) / "checkpoints" / RL_INIT
+
+
+def replay_path(root: str | Path) -> Path:
+    """Where the run's Stage-1 writer examples are kept for replay (``stages.skill_sft.replay``)."""
+    return Path(root) / "checkpoints" / REPLAY
+
+
+def save_replay(examples, path: str | Path) -> None:
+    """The Stage-1 examples a run replays (token sequences, their images included), written
+    atomically, so a resumed run replays the same ones without rerunning Stage 1."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(list(examples), tmp)
+    tmp.replace(path)
+
+
+def load_replay(path: str | Path) -> list:
+    """The examples :func:`save_replay` wrote (a file this run wrote itself, hence pickled)."""
+    return torch.load(Path(path), weights_only=False)
 
 
 def save_module(model: torch.nn.Module, path: str | Path) -> None:

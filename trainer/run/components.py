@@ -22,7 +22,7 @@ from envs.oracle import Oracle
 from trainer.algos import MethodSpec, get_method
 from trainer.config import RunConfig
 from trainer.episodes.rollout import Sampling, collect
-from trainer.episodes.samples import SampleBuilder
+from trainer.episodes.samples import SampleBuilder, TokenSequence
 from trainer.hindsight.analyzer import WRITER_IMAGES, analyzer_prompt, analyzer_target
 from trainer.hindsight.writers import (
     ExternalWriter,
@@ -68,6 +68,8 @@ class Components:
     privileged: PrivilegedContext | None = None
     optimizer: torch.optim.Optimizer | None = None
     train_tasks: list[Task] = field(default_factory=list)
+    # Stage-1 writer examples replayed in the RL update (stages.skill_sft.replay > 0)
+    replay: list[TokenSequence] = field(default_factory=list)
 
     def device(self) -> torch.device:
         return next(self.model.parameters()).device

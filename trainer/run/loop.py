@@ -35,10 +35,13 @@ from trainer.parallel.run import SilentLogger, prepare_rank, shard_policy
 from trainer.run.checkpoint import (
     TrainerState,
     latest_checkpoint,
+    load_replay,
     load_trainer_state,
+    replay_path,
     rl_init_path,
     save_checkpoint,
     save_module,
+    save_replay,
 )
 from trainer.run.components import Components, build_components, frozen_writer, start_rl
 from trainer.run.resolve import resolve
@@ -108,6 +111,8 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     ctx = build_components(cfg, init_from=init)
     if ckpt is None:
         _sft_stages(ctx, logger, progress, cache, cached)
+        if ctx.replay and is_main():
+            save_replay(ctx.replay, replay_path(out))  # replayed on resume too
         timer = PhaseTimer()
         with timer("start_rl"):  # reference, writer, and a self-written library
             start_rl(ctx, shard=shard_policy if active() else None)
@@ -122,6 +127,8 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
         final = _evaluate(ctx, logger, out, 0, batch=None)
     else:
         start_rl(ctx, resume=ckpt, shard=shard_policy if active() else None)
+        if cfg.stages.skill_sft.replay > 0 and replay_path(out).exists():
+            ctx.replay = load_replay(replay_path(out))
         if active():
             if ctx.reference is not None:
                 sharded.load_reference(ctx.reference, out)

@@ -112,9 +112,11 @@ def resolve(cfg: RunConfig) -> RunConfig:
     A method that pins the writer refresh (spec ``writer_refresh`` not None, e.g. the stale
     analyzer ``seed_stale`` = 0, never) overrides ``writer.refresh_every``, and so does the
     frozen writer (0); one that constrains its writer (``seed_constrained``) sets
-    ``writer.constrained``.  Raises ConfigError for an
-    unknown method/env, an oracle writer on a non-built-in env, an external writer without
-    endpoint, or a default the method table leaves open.
+    ``writer.constrained``, and one that replays Stage-1 writer examples
+    (``seed_writer_replay``) sets ``stages.skill_sft.replay`` unless the config sets it.
+    Raises ConfigError for an unknown method/env, an oracle writer on a non-built-in env, an
+    external writer without endpoint, a replay without Stage 1, or a default the method
+    table leaves open.
     """
     check_registered(cfg)
     spec = algos.get_method(cfg.algo.method)
@@ -138,6 +140,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
         fills["writer.refresh_every"] = spec.writer_refresh
     if spec.writer_constrained:
         fills["writer.constrained"] = True
+    if spec.writer_replay and not cfg.stages.skill_sft.replay:
+        fills["stages.skill_sft.replay"] = spec.writer_replay
     if (fills.get("writer.kind") or cfg.writer.kind) == "frozen":
         fills["writer.refresh_every"] = 0  # a frozen writer is never refreshed: logged as such
     out = apply_overrides(cfg, fills)  # validates everything, resolve_algo's changes too
@@ -146,6 +150,10 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"method {cfg.algo.method!r} gives no default for "
                           f"{', '.join(open_keys)}; set it explicitly")
     _check_writer(out)
+    if out.stages.skill_sft.replay > 0 and not out.stages.skill_sft.enabled:
+        raise ConfigError(f"stages.skill_sft.replay: replays Stage-1 examples, but Stage 1 is off "
+                          f"for method {cfg.algo.method!r}; set stages.skill_sft.enabled=true or "
+                          f"stages.skill_sft.replay=0")
     _check_backbone(out)
     _check_teacher(out, spec)
     return out

@@ -70,7 +70,8 @@ CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages
 # Fields added to the config after studies were recorded, with the default those studies ran
 # at: a cell that keeps the default hashes as it did before the field existed, so a study
 # extended with the new setting continues (its finished trials are skipped, not rerun).
-ADDED_FIELDS = {"writer.constrained": False}
+ADDED_FIELDS = {"writer.constrained": False, "stages.skill_sft.replay": 0.0,
+                "stages.skill_sft.replay_batch": 8}
 
 
 def cell_id(cfg: RunConfig) -> str:

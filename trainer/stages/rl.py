@@ -62,6 +62,7 @@ from trainer.parallel.batches import (
 from trainer.parallel.group import all_true, rank_parts
 from trainer.parallel.shard import norm_value, unsharded
 from trainer.run.components import Components
+from trainer.stages.skill_sft import replay_backward
 
 
 @dataclass
@@ -304,7 +305,8 @@ def update(ctx: Components, batch: StepBatch, step: int, timer: PhaseTimer) -> t
         for epoch in range(cfg.algo.ppo_epochs):
             for start in range(0, total, size):
                 rows = [i - offset for i in order[start:start + size] if offset <= i < offset + n]
-                metrics, ok = _minibatch(ctx, batch, rows, timer, record=epoch == 0)
+                metrics, ok = _minibatch(ctx, batch, rows, timer, record=epoch == 0,
+                                         key=f"{step}:{epoch}:{start}")
                 finite &= ok
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -355,12 +357,14 @@ def micro_batches(sequences, size: int) -> list[list[int]]:
 
 
 def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseTimer,
-               record: bool = False) -> tuple[dict[str, float], bool]:
+               record: bool = False, key: str = "") -> tuple[dict[str, float], bool]:
     """One PPO minibatch: forward and backward per micro-batch of ``algo.micro_batch_size``
     sequences (gradient accumulation), each micro-batch's loss weighted by its tokens' share
     of the minibatch's aggregation (``algo.loss_agg``), so the accumulated gradient is that of
-    one backward over the minibatch; then one clipped optimizer step.  ``record``: keep the
-    current teacher's Delta of these rows in ``batch.deltas`` (the per-turn records read it).
+    one backward over the minibatch; then the Stage-1 writer replay when it is on
+    (:func:`~trainer.stages.skill_sft.replay_backward`, its draw named by ``key``) and one
+    clipped optimizer step.  ``record``: keep the current teacher's Delta of these rows in
+    ``batch.deltas`` (the per-turn records read it).
 
     Data parallel: every rank runs as many micro-batches as the busiest one (the extra ones
     repeat one of its sequences at weight 0), the finite check and the metrics are global."""
@@ -382,6 +386,14 @@ def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseT
             _accumulate(totals, metrics, n_tokens)
             tokens += n_tokens
     metrics = _finish(*combine_loss_metrics(totals, tokens, _SUMMED, _MAXED))
+    replayed = {}
+    if ctx.replay:
+        with timer("replay"):
+            replayed = replay_backward(ctx, key)
+    if not all_true(all(math.isfinite(v) for v in replayed.values())):
+        ctx.optimizer.zero_grad(set_to_none=True)
+        return metrics, False
+    metrics.update(replayed)
     if cfg.algo.grad_clip > 0:
         norm = torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.algo.grad_clip)
         metrics["update/grad_norm"] = norm_value(norm)

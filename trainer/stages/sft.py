@@ -81,19 +81,8 @@ def sft(
         total, count = 0.0, 0
         for start in range(0, len(order), batch_size):
             batch = [examples[i] for i in order[start:start + batch_size]]
-            targets = max(1, sum(sum(s.action_mask) for s in batch))
             optimizer.zero_grad(set_to_none=True)
-            loss = 0.0
-            for part in range(0, len(batch), micro_batch or len(batch)):
-                chunk = batch[part:part + (micro_batch or len(batch))]
-                logp, _ = sequence_logprobs(model, chunk, micro_batch=len(chunk), grad=True, with_entropy=False,
-                                            vision=vision)  # [n, L]
-                pad = torch.nn.functional.pad
-                mask = torch.stack([pad(torch.tensor(s.action_mask, dtype=logp.dtype), (0, logp.shape[1] - len(s)))
-                                    for s in chunk]).to(logp.device)  # [n, L]
-                piece = -(logp * mask).sum() / targets  # this chunk's share of the batch's token-mean NLL
-                piece.backward()
-                loss += piece.item()
+            loss = nll_backward(model, batch, micro_batch=micro_batch, vision=vision)
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -108,6 +97,26 @@ def sft(
         "sft/examples": float(len(examples)),
         "sft/tokens": float(sum(sum(s.action_mask) for s in examples)),
     }
+
+
+def nll_backward(model, batch: Sequence[TokenSequence], *, scale: float = 1.0, micro_batch: int | None = None,
+                 vision=None) -> float:
+    """Backpropagate ``scale`` times the token-mean NLL of ``batch``'s target tokens into
+    ``model``'s gradients (accumulated, ``micro_batch`` sequences a forward, each micro-batch
+    weighted by its share of the batch's target tokens); returns the NLL (unscaled)."""
+    targets = max(1, sum(sum(s.action_mask) for s in batch))
+    loss = 0.0
+    for part in range(0, len(batch), micro_batch or len(batch)):
+        chunk = batch[part:part + (micro_batch or len(batch))]
+        logp, _ = sequence_logprobs(model, chunk, micro_batch=len(chunk), grad=True, with_entropy=False,
+                                    vision=vision)  # [n, L]
+        pad = torch.nn.functional.pad
+        mask = torch.stack([pad(torch.tensor(s.action_mask, dtype=logp.dtype), (0, logp.shape[1] - len(s)))
+                            for s in chunk]).to(logp.device)  # [n, L]
+        piece = -(logp * mask).sum() / targets  # this chunk's share of the batch's token-mean NLL
+        (piece * scale).backward()
+        loss += piece.item()
+    return loss
 
 
 def demo_trajectory(ctx: Components, episode) -> Trajectory:

@@ -1,7 +1,8 @@
 """SEED's Stage 1, hindsight-skill SFT (SEED review, Stage 1): rollouts of the base
 policy annotated by a strong writer (an external endpoint when configured, else
 the privileged oracle standing in for it), valid pairs kept, trajectory -> skill
-fine-tuning with NLL; and the self writer's validity on a fixed panel.
+fine-tuning with NLL; the self writer's validity on a fixed panel; and the opt-in replay
+of Stage-1 examples in the RL update (``stages.skill_sft.replay``, not in SEED).
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from __future__ import annotations
 import random
 
 from envs.base import demo_policy, error_turn, run_episode
+from trainer.parallel.group import rank, world
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import Trajectory
 from trainer.hindsight.writers import ExternalWriter, OracleWriter
 from trainer.models.generation import request_seed
 from trainer.run.components import Components, make_writer
-from trainer.stages.sft import demo_trajectory, sft, writer_example
+from trainer.stages.sft import demo_trajectory, nll_backward, sft, writer_example
 
 
 def skill_sft(ctx: Components, progress=None) -> dict[str, float]:
@@ -38,7 +40,26 @@ def skill_sft(ctx: Components, progress=None) -> dict[str, float]:
         metrics.update(sft(ctx.model, examples, epochs=st.epochs, lr=st.lr, batch_size=st.batch_size,
                            seed=cfg.seed, progress=progress, vision=ctx.builder.vision,
                            micro_batch=cfg.algo.micro_batch_size))
+        if st.replay > 0:
+            ctx.replay = examples
     return metrics
+
+
+def replay_backward(ctx: Components, key: str) -> dict[str, float]:
+    """Stage-1 writer replay (``stages.skill_sft.replay``; a departure from SEED): backpropagate
+    the weight times the token-mean NLL of ``replay_batch`` of ``ctx.replay`` drawn at random
+    (``key`` names the minibatch, so each draws its own, the same on a rerun) into the
+    gradients of the RL minibatch about to step.  Data parallel: each rank draws its own,
+    its loss divided by the ranks (the gradients are summed).  Returns ``{"loss/replay"}``,
+    the NLL, or {} when replay is off or Stage 1 kept no example."""
+    st = ctx.cfg.stages.skill_sft
+    if st.replay <= 0 or not ctx.replay:
+        return {}
+    rng = random.Random(f"replay:{ctx.cfg.seed}:{key}:{rank()}")
+    drawn = [ctx.replay[i] for i in rng.sample(range(len(ctx.replay)), min(st.replay_batch, len(ctx.replay)))]
+    nll = nll_backward(ctx.model, drawn, scale=st.replay / world(), micro_batch=ctx.cfg.algo.micro_batch_size,
+                       vision=ctx.builder.vision)
+    return {"loss/replay": nll}
 
 
 # -- the self writer's validity on a fixed panel -------------------------------------------

@@ -22,6 +22,7 @@ class FakeSpec:
     skill_sft: bool
     writer_refresh: int | None = None
     writer_constrained: bool = False
+    writer_replay: float = 0.0
 
 
 METHODS = {

@@ -35,6 +35,7 @@ EXPECTED_NAMES = [
     "seed_no_self_evolving",
     "seed_stale",
     "seed_constrained",
+    "seed_writer_replay",
     "seed_static",
     "seed_static_oracle",
     "gated_static",
@@ -334,6 +335,25 @@ def test_seed_constrained_is_seed_with_a_format_constrained_writer():
     shaped = flatten(resolve(apply_overrides(RunConfig(), {"algo.method": "seed_constrained"})))
     assert {k for k in seed if seed[k] != shaped[k]} == {"algo.method", "writer.constrained"}
     assert (seed["writer.constrained"], shaped["writer.constrained"]) == (False, True)
+
+
+def test_seed_writer_replay_is_seed_with_stage1_replay_and_needs_stage1():
+    """The replay lever changes the update only by Stage-1 replay: the resolved config equals
+    SEED's but for ``stages.skill_sft.replay`` (SEED's 0, a weight the config may set);
+    a replay without Stage 1 is refused, naming the field."""
+    from trainer.config import ConfigError, RunConfig, apply_overrides, flatten
+    from trainer.run.resolve import resolve
+
+    seed = flatten(resolve(apply_overrides(RunConfig(), {"algo.method": "seed"})))
+    replay = flatten(resolve(apply_overrides(RunConfig(), {"algo.method": "seed_writer_replay"})))
+    assert {k for k in seed if seed[k] != replay[k]} == {"algo.method", "stages.skill_sft.replay"}
+    assert (seed["stages.skill_sft.replay"], replay["stages.skill_sft.replay"]) == (0.0, 1.0)
+    set_weight = resolve(apply_overrides(RunConfig(), {"algo.method": "seed_writer_replay",
+                                                       "stages.skill_sft.replay": 0.25}))
+    assert set_weight.stages.skill_sft.replay == 0.25
+    with pytest.raises(ConfigError, match="stages.skill_sft.replay: replays Stage-1 examples, but "
+                                          "Stage 1 is off for method 'grpo'"):
+        resolve(apply_overrides(RunConfig(), {"algo.method": "grpo", "stages.skill_sft.replay": 1.0}))
 
 
 def test_sdar_is_not_passed_off_as_reproduced():

@@ -105,17 +105,20 @@ def test_same_seed_gives_identical_metrics(tmp_path):
     assert values[0] == values[1]
 
 
-@pytest.mark.parametrize("method", ["grpo", "seed_stale"])
+@pytest.mark.parametrize("method", ["grpo", "seed_stale", "seed_writer_replay"])
 def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_path, monkeypatch, method):
     """Crash in step 2 (after the step-1 checkpoint), resume: same MLflow run, steps 1..2,
     and the same learning metrics as an uninterrupted run (optimizer, RNG restored), with
     the KL reference and SEED-stale's frozen writer equal, bit for bit, to the uninterrupted
-    run's RL initialisation (not rebuilt from the resumed step-1 policy)."""
+    run's RL initialisation (not rebuilt from the resumed step-1 policy), and the writer
+    replay drawing from the same saved Stage-1 examples (without rerunning Stage 1)."""
     import trainer.run.loop as run_module
 
     keys = ("train/success", "adv/std", "loss/total", "train/entropy", "ppo/kl")
-    if method == "seed_stale":
+    if method != "grpo":
         keys += ("writer/invalid_rate", "writer/skill_tokens")
+    if method == "seed_writer_replay":
+        keys += ("loss/replay",)
     reference_cfg = micro(tmp_path / "ref", f"algo.method={method}")
     reference = run_module.train(reference_cfg, progress=False)
     client = make_client(reference_cfg.tracking.uri)
@@ -141,6 +144,7 @@ def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_
         return real_start(ctx, **kwargs)
 
     monkeypatch.setattr(run_module, "start_rl", spy_start)
+    monkeypatch.setattr(run_module, "skill_sft", lambda *a, **k: pytest.fail("resume reran Stage 1"))
     resumed = run_module.train(cfg, resume=True, progress=False)
     from trainer.run.checkpoint import rl_init_path
     from trainer.run.components import frozen_writer
@@ -158,6 +162,9 @@ def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_
     steps = [m.step for m in client.get_metric_history(resumed.run_id, "train/success")]
     assert steps == [1, 2]
     assert got["train/success"] == expected["train/success"]
+    assert all(got[k] for k in keys), [k for k in keys if not got[k]]  # every key was logged
+    if method == "seed_writer_replay":
+        assert len(got["loss/replay"]) == 2 and all(v > 0 for v in got["loss/replay"])
     for key in keys:  # float reductions over reloaded weights agree to float32 precision
         assert got[key] == pytest.approx(expected[key], rel=1e-5), key
 
