@@ -137,6 +137,19 @@ class Oracle:
         return env.expert_action(epsilon=0.0, rng=random.Random(0))
 
 
+def skill_moves(skill: str) -> list[str]:
+    """The moves a Positive skill written by :class:`Oracle` names as the episode's progress
+    (its "Moves that made progress here: a -> b." line), in order, without a trailing "..."
+    of a cut list; [] when it names none.  How a demonstrator reads the skill it acts on."""
+    for line in skill.splitlines():
+        for note in _PROGRESS_NOTES:
+            head, tail = note.split("{moves}")
+            if line.startswith(head) and line.endswith(tail):
+                moves = line[len(head):len(line) - len(tail)].split(" -> ")
+                return [m for m in moves if m and m != "..."]
+    return []
+
+
 def _progress_moves(turns: list[Turn]) -> list[str]:
     """The chain of progress: valid turns that reached a new lowest distance (all valid
     turns where distances are unknown).  Detours and their undoing are left out."""

@@ -36,6 +36,7 @@ from envs.base import (
     with_admissible,
     without_admissible,
 )
+from envs.oracle import skill_moves
 from envs.household.data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS, family_verb
 from envs.household.engine import (
     State,
@@ -244,6 +245,24 @@ class HouseholdEnv(TextEnv):
             return demo_command(self.world, self.state, seen) or self.expert_action()
 
         return self._noisy(clean, epsilon, rng or self._rng)
+
+    def skilled_demo_action(
+        self, history: Sequence[Turn], skill: str, rng: random.Random | None = None
+    ) -> str:
+        """The demonstrator acting on the skill's hindsight: the progress moves it names
+        (:func:`envs.oracle.skill_moves`: where the object lay, which receptacle and station
+        the clean episode used), the next one after those already made this episode, when it
+        is admissible now; otherwise, and once the named moves are made, the
+        observation-consistent demonstrator without mistakes.  So a skilled demonstration goes
+        straight to the object where one without a skill searches for it."""
+        moves = skill_moves(skill)
+        done = 0
+        for turn in history:
+            if done < len(moves) and turn.valid and turn.action == moves[done]:
+                done += 1
+        if done < len(moves) and moves[done] in self.admissible_actions():
+            return moves[done]
+        return self.demo_action(history, epsilon=0.0, rng=rng)
 
     def demo_thought(self, task: Task) -> str:
         """The goal in one canonical line, whatever the instruction's wording ("put a hot
