@@ -62,18 +62,25 @@ def warm_start(ctx: Components, progress=None) -> dict[str, float]:
     return {k.replace("sft/", "warm/"): v for k, v in metrics.items()}
 
 
+# Bumped when a demonstrator's behaviour changes without a setting changing, so that a cached
+# warm start of the old demonstrations is not reused (2: household's skilled demonstrator
+# makes the moves its skill names).
+DEMONSTRATIONS = 2
+
+
 def warm_start_cache(cfg: RunConfig) -> Path | None:
     """Where the warm-started model of ``cfg`` is cached, or None when caching is off.
 
     The key hashes everything the warm start depends on: model, env, the warm-start
-    settings (without the cache fields) and the seed.  Methods of a study share it."""
+    settings (without the cache fields), the seed and :data:`DEMONSTRATIONS`.  Methods of a
+    study share it."""
     ws = cfg.stages.warm_start
     if not ws.cache or not ws.enabled:
         return None
     parts = {"model": json.loads(canonical_json(cfg.model, exclude=("vllm",))),
              "env": json.loads(canonical_json(cfg.env)),
              "warm_start": {k: v for k, v in to_dict(ws).items() if k not in ("cache", "cache_dir")},
-             "seed": cfg.seed, "max_new_tokens": cfg.rollout.max_new_tokens}
+             "seed": cfg.seed, "max_new_tokens": cfg.rollout.max_new_tokens, "demonstrations": DEMONSTRATIONS}
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
     root = ws.cache_dir or os.environ.get("HINDSIGHT_CACHE") or str(Path.home() / ".cache" / "hindsight-lab")
     return Path(root) / "warm_start" / key

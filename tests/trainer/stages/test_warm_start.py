@@ -191,3 +191,15 @@ def test_the_warm_start_bar_counts_down_to_its_optimizer_steps():
         ws = cfg.stages.warm_start
         assert bar.total == ws.epochs * math.ceil(metrics["warm/examples"] / ws.batch_size)
         assert bar.n == bar.total
+
+
+def test_the_cache_key_changes_with_the_demonstrations(monkeypatch):
+    """A cached warm start of older demonstrations is not reused once a demonstrator changes
+    (``DEMONSTRATIONS`` is part of the key), while the same settings find the same folder."""
+    import trainer.stages.warm_start as warm
+
+    cfg = micro(**{"stages.warm_start.cache": True, "stages.warm_start.cache_dir": "/tmp/c"})
+    before = warm.warm_start_cache(cfg)
+    assert warm.warm_start_cache(cfg) == before
+    monkeypatch.setattr(warm, "DEMONSTRATIONS", warm.DEMONSTRATIONS + 1)
+    assert warm.warm_start_cache(cfg) != before
