@@ -36,7 +36,6 @@ from envs.base import (
     with_admissible,
     without_admissible,
 )
-from envs.oracle import skill_moves
 from envs.household.data import CONFUSABLE, FAMILIES, OBJECTS, STATIONS, family_verb
 from envs.household.engine import (
     State,
@@ -49,6 +48,7 @@ from envs.household.engine import (
     room_overview,
 )
 from envs.household.world import LEVELS, World, build_world, level_spec, panel
+from envs.oracle import skill_moves
 
 INVALID_OBSERVATION = "Nothing happens."
 _PUT_RE = re.compile(r"(?:put|move) (.+?) (?:in/on|into|onto|in|on|to) (.+)")

@@ -10,11 +10,11 @@ from __future__ import annotations
 import random
 
 from envs.base import demo_policy, error_turn, run_episode
-from trainer.parallel.group import rank, world
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import Trajectory
 from trainer.hindsight.writers import ExternalWriter, OracleWriter
 from trainer.models.generation import request_seed
+from trainer.parallel.group import rank, world
 from trainer.run.components import Components, make_writer
 from trainer.stages.sft import demo_trajectory, nll_backward, sft, writer_example
 
