@@ -65,7 +65,7 @@ def _skill_command(ctx, args) -> int:
     print(f"actor {args.actor}: {args.panel_tasks} training tasks x {args.samples} at T = "
           f"{cfg.rollout.temperature:g}, writer {cfg.writer.kind}, beta_opd {cfg.algo.beta_opd:g}, "
           "never updated")
-    signal = skill_signal(ctx, args.panel_tasks, args.samples)
+    signal = skill_signal(ctx, args.panel_tasks, args.samples, progress=True)
     out = Path(args.diagnose_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "skill_signal.json").write_text(json.dumps(

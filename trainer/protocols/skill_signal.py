@@ -18,6 +18,7 @@ tasks are played again twice with common request seeds: with the skill in the ac
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import assert_same_actions
@@ -31,18 +32,33 @@ def _success(trajectories) -> float:
     return sum(t.episode.success for t in trajectories) / max(1, len(trajectories))
 
 
+PHASES = ("play", "write", "score", "replay with skill", "replay without")
+
+
 @torch.no_grad()
-def skill_signal(ctx: Components, tasks: int, samples: int) -> dict[str, float]:
+def skill_signal(ctx: Components, tasks: int, samples: int, progress: bool = False) -> dict[str, float]:
     """The skill signal of the actor in ``ctx`` with its writer ``ctx.writer`` (module
     docstring): ``delta_abs``, ``delta_mean``, ``gate_std``, ``gate_mean`` over ``tokens``
     action tokens of ``skilled`` trajectories (of ``trajectories``, ``valid_rate`` of them with a
-    valid skill), ``success_skill`` and ``success_no_skill`` on the replays of those."""
+    valid skill), ``success_skill`` and ``success_no_skill`` on the replays of those.
+    ``progress``: a bar over :data:`PHASES` (minutes each on household)."""
+    with tqdm(PHASES, desc="diagnose skill", disable=not progress) as bar:
+        return _signal(ctx, tasks, samples, bar)
+
+
+def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict[str, float]:
+    def phase(name: str) -> None:
+        bar.update(name != PHASES[0])  # a phase is done when the next begins
+        bar.set_postfix_str(name)
+
     cfg = ctx.cfg
+    phase("play")
     panel = ctx.prompt_env.panel(cfg.env.train_split)[:tasks]
     batch_tasks = [task for task in panel for _ in range(samples)]
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
     played, _ = collect(ctx.make_env, batch_tasks, ctx.builder, ctx.backend, sampling,
                         seed=request_seed("skill-signal", cfg.seed))
+    phase("write")
     hindsights = ctx.writer.write(played, seed=request_seed("skill-signal-write", cfg.seed))
     skills = budgeted_texts(ctx, ["positive"], played, hindsights)[0]["positive"]
     rows = [i for i, s in enumerate(skills) if s]
@@ -50,6 +66,7 @@ def skill_signal(ctx: Components, tasks: int, samples: int) -> dict[str, float]:
            "valid_rate": len(rows) / max(1, len(played)), "success_played": _success(played)}
     if not rows:
         return out
+    phase("score")
     trajs, texts = [played[i] for i in rows], [skills[i] for i in rows]
     score = {"micro_batch": cfg.algo.micro_batch_size, "with_entropy": False,
              "temperature": cfg.rollout.temperature}
@@ -61,8 +78,11 @@ def skill_signal(ctx: Components, tasks: int, samples: int) -> dict[str, float]:
     gate = torch.sigmoid(cfg.algo.beta_opd * delta)
     seed = request_seed("skill-signal-replay", cfg.seed)
     replay = [t.task for t in trajs]
+    phase("replay with skill")
     with_skill, _ = collect(ctx.make_env, replay, ctx.builder, ctx.backend, sampling, texts, seed=seed)
+    phase("replay without")
     without, _ = collect(ctx.make_env, replay, ctx.builder, ctx.backend, sampling, seed=seed)
+    bar.update(1)
     return {**out, "tokens": float(delta.numel()), "delta_abs": float(delta.abs().mean()),
             "delta_mean": float(delta.mean()), "gate_mean": float(gate.mean()),
             "gate_std": float(gate.std()), "success_skill": _success(with_skill),
