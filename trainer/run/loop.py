@@ -111,8 +111,10 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     ctx = build_components(cfg, init_from=init)
     if ckpt is None:
         _sft_stages(ctx, logger, progress, cache, cached)
-        if ctx.replay and is_main():
-            save_replay(ctx.replay, replay_path(out))  # replayed on resume too
+        if cfg.stages.skill_sft.replay > 0:  # every rank replays rank 0's examples, on resume too
+            ctx.replay = broadcast_object(ctx.replay)
+            if is_main():
+                save_replay(ctx.replay, replay_path(out))
         timer = PhaseTimer()
         with timer("start_rl"):  # reference, writer, and a self-written library
             start_rl(ctx, shard=shard_policy if active() else None)
@@ -127,8 +129,8 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
         final = _evaluate(ctx, logger, out, 0, batch=None)
     else:
         start_rl(ctx, resume=ckpt, shard=shard_policy if active() else None)
-        if cfg.stages.skill_sft.replay > 0 and replay_path(out).exists():
-            ctx.replay = load_replay(replay_path(out))
+        if cfg.stages.skill_sft.replay > 0:
+            ctx.replay = _saved_replay(out)
         if active():
             if ctx.reference is not None:
                 sharded.load_reference(ctx.reference, out)
@@ -161,6 +163,17 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     if last is not None:
         logger.log_artifacts(last, "checkpoint")
     return final
+
+
+def _saved_replay(out: Path) -> list:
+    """The Stage-1 examples a resumed run replays (saved after its Stage 1, [] when Stage 1
+    kept none); refused when missing, since resuming without them would change the run."""
+    path = replay_path(out)
+    if not path.exists():
+        raise FileNotFoundError(f"stages.skill_sft.replay: {path} (the run's Stage-1 examples) is "
+                                f"missing, so this run cannot resume with its replay; restore the "
+                                f"file or start a new run")
+    return load_replay(path)
 
 
 def _due(step: int, every: int, last: int) -> bool:

@@ -113,7 +113,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
     analyzer ``seed_stale`` = 0, never) overrides ``writer.refresh_every``, and so does the
     frozen writer (0); one that constrains its writer (``seed_constrained``) sets
     ``writer.constrained``, and one that replays Stage-1 writer examples
-    (``seed_writer_replay``) sets ``stages.skill_sft.replay`` unless the config sets it.
+    (``seed_writer_replay``) sets ``stages.skill_sft.replay`` unless the config sets a
+    non-zero weight (0 is the field's default, so it cannot turn the method's replay off).
     Raises ConfigError for an unknown method/env, an oracle writer on a non-built-in env, an
     external writer without endpoint, a replay without Stage 1, or a default the method
     table leaves open.

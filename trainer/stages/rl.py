@@ -426,15 +426,18 @@ def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[
     teacher, support, scored_rows = None, None, []
     if plan.teacher is not None:  # the current-policy teacher, scored on the same tokens
         scored_rows = teacher_rows(opd_mask, top_k)
-    if scored_rows:
-        teacher_seqs = [plan.teacher[part[j]] for j in scored_rows]
+    # data parallel: a rank without such rows still scores one (and drops it) while another
+    # rank scores, so that the sharded model's forwards pair up across the ranks
+    if plan.teacher is not None and not all_true(not scored_rows):
+        teacher_seqs = [plan.teacher[part[j]] for j in scored_rows or [0]]
         teacher_index = action_index(teacher_seqs)  # positions in its own sequences
         with timer("teacher"), torch.no_grad():
             scored = sequence_logprobs(ctx.model, teacher_seqs, len(teacher_seqs), with_entropy=False,
                                        topk=TopK(k=top_k) if top_k else None,
                                        temperature=cfg.rollout.temperature, vision=ctx.builder.vision)
-        teacher = to_actions(scored[0], teacher_index)  # [n', A']
-        if top_k:
+        if scored_rows:
+            teacher = to_actions(scored[0], teacher_index)  # [n', A']
+        if top_k and scored_rows:
             support = (to_actions(scored[2][0], teacher_index), to_actions(scored[2][1], teacher_index))
     topk = None
     if support is not None:  # the student on the teacher's support, in its own positions

@@ -14,7 +14,7 @@ from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import Trajectory
 from trainer.hindsight.writers import ExternalWriter, OracleWriter
 from trainer.models.generation import request_seed
-from trainer.parallel.group import rank, world
+from trainer.parallel.group import all_sum, rank, world
 from trainer.run.components import Components, make_writer
 from trainer.stages.sft import demo_trajectory, nll_backward, sft, writer_example
 
@@ -49,9 +49,10 @@ def replay_backward(ctx: Components, key: str) -> dict[str, float]:
     """Stage-1 writer replay (``stages.skill_sft.replay``; a departure from SEED): backpropagate
     the weight times the token-mean NLL of ``replay_batch`` of ``ctx.replay`` drawn at random
     (``key`` names the minibatch, so each draws its own, the same on a rerun) into the
-    gradients of the RL minibatch about to step.  Data parallel: each rank draws its own,
-    its loss divided by the ranks (the gradients are summed).  Returns ``{"loss/replay"}``,
-    the NLL, or {} when replay is off or Stage 1 kept no example."""
+    gradients of the RL minibatch about to step.  Data parallel: every rank holds rank 0's
+    examples and draws its own from them, its loss divided by the ranks (the gradients are
+    summed).  Returns ``{"loss/replay"}``, the NLL (the ranks' mean), or {} when replay is
+    off or Stage 1 kept no example."""
     st = ctx.cfg.stages.skill_sft
     if st.replay <= 0 or not ctx.replay:
         return {}
@@ -59,7 +60,7 @@ def replay_backward(ctx: Components, key: str) -> dict[str, float]:
     drawn = [ctx.replay[i] for i in rng.sample(range(len(ctx.replay)), min(st.replay_batch, len(ctx.replay)))]
     nll = nll_backward(ctx.model, drawn, scale=st.replay / world(), micro_batch=ctx.cfg.algo.micro_batch_size,
                        vision=ctx.builder.vision)
-    return {"loss/replay": nll}
+    return {"loss/replay": all_sum([nll])[0] / world()}
 
 
 # -- the self writer's validity on a fixed panel -------------------------------------------

@@ -148,3 +148,21 @@ def test_ranks_split_the_panels_and_evaluate_as_one_process(uninterrupted, tmp_p
     for key in keys:
         assert one[key][0] == two[key][0], key  # (0, value) at step 0
     print(f"train(): 1 process {seconds:.1f} s, 2 ranks {results[0]['seconds']:.1f} s")
+
+
+@pytest.mark.slow
+def test_two_ranks_replay_rank0s_stage1_examples(tmp_path):
+    """SEED with Stage-1 writer replay on two ranks: every rank replays rank 0's examples
+    (the same number of forwards, so no collective waits forever), the replay loss is logged
+    once per step, and the examples are saved for a resume."""
+    from trainer.run.checkpoint import load_replay, replay_path
+
+    extra = ["algo.method=seed_writer_replay", "stages.skill_sft.tasks=4", "stages.skill_sft.replay_batch=3"]
+    payload = json.dumps({"config": str(EZPOINTS), "overrides": overrides(tmp_path, *extra)})
+    subprocess.run([sys.executable, str(RANKS), "launch", "2", "train", str(tmp_path), payload], check=True,
+                   timeout=900)
+    results = [json.loads((tmp_path / f"train_rank{r}.json").read_text()) for r in range(2)]
+    assert all(r["status"] == "FINISHED" for r in results)
+    replayed = history(tmp_path, results[0]["run_id"], ("loss/replay",))["loss/replay"]
+    assert [step for step, _ in replayed] == [1, 2] and all(v > 0 for _, v in replayed)
+    assert load_replay(replay_path(tmp_path / "out"))
