@@ -127,28 +127,36 @@ def replay_path(root: str | Path) -> Path:
     return Path(root) / "checkpoints" / REPLAY
 
 
-def save_replay(examples, path: str | Path) -> None:
-    """The Stage-1 examples a run replays (token sequences, their images included), written
-    atomically, so a resumed run replays the same ones without rerunning Stage 1."""
+def _save_atomically(obj, path: str | Path) -> None:
+    """``torch.save`` to a temporary file renamed into place: never a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(list(examples), tmp)
+    torch.save(obj, tmp)
     tmp.replace(path)
 
 
+def save_replay(examples, path: str | Path) -> None:
+    """The Stage-1 examples a run replays (token sequences, their images included), so a
+    resumed run replays the same ones without rerunning Stage 1."""
+    _save_atomically(list(examples), path)
+
+
 def load_replay(path: str | Path) -> list:
-    """The examples :func:`save_replay` wrote (a file this run wrote itself, hence pickled)."""
-    return torch.load(Path(path), weights_only=False)
+    """The examples :func:`save_replay` wrote (a file this run wrote itself, hence pickled;
+    [] when Stage 1 kept none); refused when missing, since resuming without them would
+    change the run."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"stages.skill_sft.replay: {path} (the run's Stage-1 examples) is "
+                                f"missing, so this run cannot resume with its replay; restore the "
+                                f"file or start a new run")
+    return torch.load(path, weights_only=False)
 
 
 def save_module(model: torch.nn.Module, path: str | Path) -> None:
     """The exact state dict of ``model`` (tied weights included), written atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(model.state_dict(), tmp)
-    tmp.replace(path)
+    _save_atomically(model.state_dict(), path)
 
 
 def load_module(model: torch.nn.Module, path: str | Path) -> None:

@@ -130,7 +130,7 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     else:
         start_rl(ctx, resume=ckpt, shard=shard_policy if active() else None)
         if cfg.stages.skill_sft.replay > 0:
-            ctx.replay = _saved_replay(out)
+            ctx.replay = load_replay(replay_path(out))
         if active():
             if ctx.reference is not None:
                 sharded.load_reference(ctx.reference, out)
@@ -163,17 +163,6 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     if last is not None:
         logger.log_artifacts(last, "checkpoint")
     return final
-
-
-def _saved_replay(out: Path) -> list:
-    """The Stage-1 examples a resumed run replays (saved after its Stage 1, [] when Stage 1
-    kept none); refused when missing, since resuming without them would change the run."""
-    path = replay_path(out)
-    if not path.exists():
-        raise FileNotFoundError(f"stages.skill_sft.replay: {path} (the run's Stage-1 examples) is "
-                                f"missing, so this run cannot resume with its replay; restore the "
-                                f"file or start a new run")
-    return load_replay(path)
 
 
 def _due(step: int, every: int, last: int) -> bool:

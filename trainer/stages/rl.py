@@ -386,14 +386,13 @@ def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseT
             _accumulate(totals, metrics, n_tokens)
             tokens += n_tokens
     metrics = _finish(*combine_loss_metrics(totals, tokens, _SUMMED, _MAXED))
-    replayed = {}
-    if ctx.replay:
+    if cfg.stages.skill_sft.replay > 0:  # the same on every rank, as the check's collective needs
         with timer("replay"):
             replayed = replay_backward(ctx, key)
-    if not all_true(all(math.isfinite(v) for v in replayed.values())):
-        ctx.optimizer.zero_grad(set_to_none=True)
-        return metrics, False
-    metrics.update(replayed)
+        if not all_true(all(math.isfinite(v) for v in replayed.values())):
+            ctx.optimizer.zero_grad(set_to_none=True)
+            return metrics, False
+        metrics.update(replayed)
     if cfg.algo.grad_clip > 0:
         norm = torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.algo.grad_clip)
         metrics["update/grad_norm"] = norm_value(norm)
@@ -428,7 +427,7 @@ def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[
         scored_rows = teacher_rows(opd_mask, top_k)
     # data parallel: a rank without such rows still scores one (and drops it) while another
     # rank scores, so that the sharded model's forwards pair up across the ranks
-    if plan.teacher is not None and not all_true(not scored_rows):
+    if plan.teacher is not None and most(len(scored_rows)):
         teacher_seqs = [plan.teacher[part[j]] for j in scored_rows or [0]]
         teacher_index = action_index(teacher_seqs)  # positions in its own sequences
         with timer("teacher"), torch.no_grad():

@@ -222,10 +222,9 @@ def test_config_json_is_the_resolved_config(tmp_path):
 def test_a_replay_run_does_not_resume_without_its_stage1_examples(tmp_path):
     """Resuming without the saved examples would train a different run: refused, naming the
     field and the file; a saved list (empty when Stage 1 kept none) is what is replayed."""
-    from trainer.run.checkpoint import replay_path, save_replay
-    from trainer.run.loop import _saved_replay
+    from trainer.run.checkpoint import load_replay, replay_path, save_replay
 
     with pytest.raises(FileNotFoundError, match="stages.skill_sft.replay: .*replay.pt"):
-        _saved_replay(tmp_path)
+        load_replay(replay_path(tmp_path))
     save_replay([], replay_path(tmp_path))
-    assert _saved_replay(tmp_path) == []
+    assert load_replay(replay_path(tmp_path)) == []
