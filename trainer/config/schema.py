@@ -235,6 +235,13 @@ class WriterConfig:
     # the oracle's skills, or for seed_static the policy's own, written once at the RL start.
     library: str = ""
 
+    @property
+    def keeps_snapshot(self) -> bool:
+        """Whether the writer generates from a copy of the weights that differs from the
+        policy's (a frozen writer, a self writer refreshed less than every update): a model
+        of its own and, on the vLLM backend, an engine of its own."""
+        return self.kind == "frozen" or (self.kind == "self" and self.refresh_every != 1)
+
 
 @dataclass(frozen=True)
 class AlgoConfig:

@@ -18,8 +18,7 @@ def prepare_rank(cfg: RunConfig) -> bool:
     if not active():
         return False
     select_device()
-    writer = cfg.writer
-    if writer.kind == "frozen" or (writer.kind == "self" and writer.refresh_every != 1):
+    if cfg.writer.keeps_snapshot:
         raise ValueError("parallel.workers > 1 does not support a writer snapshot of the policy yet "
                          "(writer.kind frozen, or self with writer.refresh_every != 1)")
     return True

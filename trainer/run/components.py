@@ -46,6 +46,7 @@ from trainer.models.precision import frozen_copy
 from trainer.models.vision import VisionCodec, is_vision_model
 from trainer.parallel.group import broadcast_object, is_main
 from trainer.run.checkpoint import WRITER, load_module, rl_init_path
+from trainer.run.engines import snapshot_engine_config
 
 LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
 SELF_LIBRARY = "library.json"  # a self-written static library, in output.dir (kept for resume)
@@ -118,13 +119,13 @@ def writer_backends(ctx: Components, tokenizer, vision) -> Callable:
     """A writer's backend factory (model -> backend): the policy's own backend for the
     policy itself (one engine a trial: SEED's self writer, the writer panel, a self-written
     library), a new one of the run's kind for a frozen snapshot or a checkpoint's model
-    (whose weights differ), taking the :data:`~trainer.samples.WRITER_IMAGES` images of a
-    writer's prompt with ``vision``."""
+    (whose weights differ; its engine never sleeps, :mod:`trainer.run.engines`), taking the
+    :data:`~trainer.samples.WRITER_IMAGES` images of a writer's prompt with ``vision``."""
     def factory(model):
         if model is ctx.model:
             return ctx.backend
-        return make_backend(ctx.cfg.model, model, tokenizer, vision, images_per_prompt=WRITER_IMAGES,
-                            max_model_len=engine_length(ctx.cfg))
+        return make_backend(snapshot_engine_config(ctx.cfg), model, tokenizer, vision,
+                            images_per_prompt=WRITER_IMAGES, max_model_len=engine_length(ctx.cfg))
     return factory
 
 
