@@ -233,7 +233,7 @@ def save_adapter(model: torch.nn.Module, folder: str | Path) -> None:
                 for name, tensor in model.state_dict().items() if any(p in name for p in _LORA_NAMES)}
     if not is_main():
         return
-    state = get_peft_model_state_dict(model, state_dict=adapters, adapter_name=ADAPTER)
+    state = get_peft_model_state_dict(model, state_dict=adapters, adapter_name=ADAPTER, save_embedding_layers=False)
     save_file(state, str(folder / ADAPTER_WEIGHTS), metadata={"format": "pt"})
     config = LoraConfig(**{**model.peft_config[ADAPTER].to_dict(), "base_model_name_or_path": base})
     config.save_pretrained(str(folder))
