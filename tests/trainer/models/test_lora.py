@@ -24,6 +24,7 @@ from trainer.models.lora import (
     merge_into_base,
     merged_tensors,
     save_adapter,
+    save_merged,
     set_base_name,
     with_lora,
 )
@@ -182,3 +183,43 @@ def test_an_adapter_checkpoint_needs_its_base_saved_once(tmp_path, tokenizer):
     set_base_name(model, "some/hub-name")
     save_adapter(model, tmp_path / "b")
     assert not (tmp_path / "b" / SAVED_BASE).exists()
+
+
+class RecordingEngine:
+    """Stands in for ``vllm.LLM``: records what a weight push hands the worker."""
+
+    def __init__(self):
+        self.pushed = None
+
+    def collective_rpc(self, method, args=()):
+        (weights,) = args
+        assert not isinstance(weights, (list, dict))  # a generator: one tensor at a time
+        self.pushed = list(weights)
+
+    def reset_prefix_cache(self):
+        pass
+
+
+def test_the_vllm_push_sends_merged_weights_under_the_base_names(tokenizer):
+    from trainer.models.vllm_backend import VLLMBackend
+
+    model, _ = trained(tokenizer)
+    backend = object.__new__(VLLMBackend)  # the push alone: no engine is started
+    backend.model, backend.dtype, backend.llm, backend.pushes = model, torch.bfloat16, RecordingEngine(), 0
+    backend._push()
+    pushed = dict(backend.llm.pushed)
+    assert len(pushed) == len(backend.llm.pushed) and pushed.keys() == base_model(tokenizer).state_dict().keys()
+    assert {t.dtype for t in pushed.values()} == {torch.bfloat16}  # the engine's dtype
+    layer = model.model.layers[0].self_attn.q_proj
+    merged = layer.base_layer.weight + 2.0 * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
+    assert torch.equal(pushed["model.layers.0.self_attn.q_proj.weight"], merged.to(torch.bfloat16))
+
+
+def test_an_engine_starts_from_a_plain_folder_of_the_merged_weights(tmp_path, tokenizer):
+    """What VLLMBackend saves for a model built in memory: a plain HF folder."""
+    model, _ = trained(tokenizer)
+    save_merged(model, tmp_path / "engine")
+    tokenizer.save_pretrained(tmp_path / "engine")
+    plain, _ = load_pretrained(str(tmp_path / "engine"), torch.float32, "cpu")
+    assert not has_adapters(plain)
+    torch.testing.assert_close(logp(plain, tokenizer), logp(model, tokenizer))
