@@ -130,10 +130,12 @@ def _delta(layer: LoraLayer, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def merge_into_base(model: torch.nn.Module, seed: int = 0) -> bool:
     """Fold the adapters into the base (``W <- W + s * B A``) and restart them (B = 0, A
     from a forked RNG seeded with ``seed``), so that the base with adapters disabled is the
-    model as it is now.  Returns whether any adapter was non-zero (else nothing changes)."""
+    model as it is now.  Returns whether any adapter was non-zero (else nothing changes);
+    then the base holds weights no name gives (:func:`base_name` None)."""
     layers = adapter_layers(model)
     if not any(layer.lora_B[ADAPTER].weight.any() for layer in layers.values()):
         return False
+    set_base_name(model, None)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for layer in layers.values():

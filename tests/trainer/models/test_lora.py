@@ -18,6 +18,7 @@ from trainer.models.lora import (
     SAVED_BASE,
     adapter_layers,
     adapters_disabled,
+    base_name,
     engine_tensors,
     has_adapters,
     lora_params,
@@ -118,8 +119,10 @@ def test_merged_tensors_wait_for_a_weights_adapter_in_any_order(tokenizer):
 
 def test_merge_into_base_makes_the_disabled_model_the_current_one(tokenizer):
     model, _ = trained(tokenizer)
+    set_base_name(model, "some/hub-name")
     current = logp(model, tokenizer)
     assert merge_into_base(model, seed=2)
+    assert base_name(model) is None  # the base no longer is what that name loads
     assert all(not layer.lora_B["default"].weight.any() for layer in adapter_layers(model).values())
     torch.testing.assert_close(logp(model, tokenizer), current)
     with adapters_disabled(model):
