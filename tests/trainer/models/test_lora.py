@@ -226,3 +226,17 @@ def test_an_engine_starts_from_a_plain_folder_of_the_merged_weights(tmp_path, to
     plain, _ = load_pretrained(str(tmp_path / "engine"), torch.float32, "cpu")
     assert not has_adapters(plain)
     torch.testing.assert_close(logp(plain, tokenizer), logp(model, tokenizer))
+
+
+def test_a_vision_language_backbone_takes_adapters_on_its_text_layers():
+    """tiny-vl (Qwen2-VL): the same switch; its decoder is still reached as before."""
+    from trainer.models.vision import VISION_TOKENS, build_tiny_vl_model, decoder_states
+
+    vl_tokenizer = train_tokenizer(CORPUS, SMALL.vocab_size, VISION_TOKENS)
+    model = build_tiny_vl_model(vl_tokenizer, SMALL, 0)
+    ids = torch.tensor([vl_tokenizer.encode(CORPUS[0])])
+    expected = decoder_states(model, ids, torch.ones_like(ids))
+    with_lora(model, LORA)
+    assert len(adapter_layers(model)) == 7 * SMALL.num_layers
+    assert torch.equal(decoder_states(model, ids, torch.ones_like(ids)), expected)
+    assert not any(".lora_" in n or ".base_layer." in n for n, _ in engine_tensors(model))
