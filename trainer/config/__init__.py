@@ -24,6 +24,7 @@ from trainer.config.loading import (
 from trainer.config.schema import (
     DEFAULT_LR,
     DEFAULT_LR_TINY,
+    LORA_TARGETS,
     SHAPE_SUFFIX,
     SMOLLM2_BACKBONE,
     TINY_BACKBONE,
@@ -32,6 +33,7 @@ from trainer.config.schema import (
     AlgoConfig,
     EnvConfig,
     EvalConfig,
+    LoRAConfig,
     ModelConfig,
     OutputConfig,
     ParallelConfig,
@@ -50,10 +52,11 @@ from trainer.config.schema import (
 )
 
 __all__ = [
-    "DEFAULT_LR", "DEFAULT_LR_TINY", "SHAPE_SUFFIX", "SMOLLM2_BACKBONE", "TINY_BACKBONE", "TINY_BACKBONES",
-    "TINY_VL_BACKBONE", "AlgoConfig", "ConfigError", "EnvConfig", "EvalConfig", "ModelConfig", "OutputConfig",
-    "ParallelConfig", "RLConfig", "RolloutConfig", "RunConfig", "SkillSFTConfig", "StagesConfig", "TinyModelConfig",
-    "TrackingConfig", "VLLMConfig", "WarmStartConfig", "WriterConfig", "apply_overrides", "canonical_json",
-    "field_help", "field_types", "flatten", "from_dict", "is_builtin_backbone", "parse_override", "read_yaml",
-    "to_dict", "unknown_key_error", "unknown_name_error", "yaml_load",
+    "DEFAULT_LR", "DEFAULT_LR_TINY", "LORA_TARGETS", "SHAPE_SUFFIX", "SMOLLM2_BACKBONE", "TINY_BACKBONE",
+    "TINY_BACKBONES", "TINY_VL_BACKBONE", "AlgoConfig", "ConfigError", "EnvConfig", "EvalConfig",
+    "LoRAConfig", "ModelConfig", "OutputConfig", "ParallelConfig", "RLConfig", "RolloutConfig", "RunConfig",
+    "SkillSFTConfig", "StagesConfig", "TinyModelConfig", "TrackingConfig", "VLLMConfig", "WarmStartConfig",
+    "WriterConfig", "apply_overrides", "canonical_json", "field_help", "field_types", "flatten", "from_dict",
+    "is_builtin_backbone", "parse_override", "read_yaml", "to_dict", "unknown_key_error",
+    "unknown_name_error", "yaml_load",
 ]

@@ -94,6 +94,27 @@ class VLLMConfig:
     sleep_level: int = field(default=1, metadata={"ge": 0, "le": 2})
 
 
+# The linear layers LoRA adapts by default: attention and MLP projections, as named in
+# Qwen2, Llama and SmolLM2 (the embeddings and the LM head stay frozen).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters (peft's LoRA, Hu et al. 2021): each target linear layer computes
+    W x + (alpha / rank) * B A x with A [rank, in] and B [out, rank] trained and W frozen;
+    B starts at zero, so the adapted model starts equal to its base."""
+
+    # Rank of A and B; 0 = no adapters: every weight trains (full fine-tuning).
+    rank: int = field(default=0, metadata={"ge": 0})
+    # Scale numerator: the update is multiplied by alpha / rank.
+    alpha: float = field(default=16.0, metadata={"gt": 0.0})
+    # Dropout on the adapters' input while training (0 = none).
+    dropout: float = field(default=0.0, metadata={"ge": 0.0, "lt": 1.0})
+    # Names (last part) of the linear layers that get adapters.
+    target_modules: tuple[str, ...] = LORA_TARGETS
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     # "tiny" (random init + local tokenizer), "tiny-vl" (the same as a Qwen2-VL model that
@@ -124,6 +145,8 @@ class ModelConfig:
     # Most tokens one image may take in the context (env.images): a larger image is resized
     # down by the processor; each token covers 28 x 28 pixels in the Qwen2-VL family.
     max_image_tokens: int = field(default=256, metadata={"ge": 4})
+    # LoRA adapters for every stage (warm start, Stage 1, RL); rank 0 = full fine-tuning.
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
 
 
 @dataclass(frozen=True)

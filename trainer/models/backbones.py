@@ -45,6 +45,7 @@ from trainer.config import (
     TinyModelConfig,
 )
 from trainer.models.chat import END_OF_TEXT, IM_END
+from trainer.models.lora import adapter_base, load_adapter, set_base_name, unload
 from trainer.models.paper_shapes import load_shape
 from trainer.models.precision import MASTER_DTYPE, set_compute_dtype
 from trainer.models.tokenizers import load_tokenizer, train_tokenizer
@@ -171,7 +172,11 @@ def load_pretrained(name_or_path: str, dtype: torch.dtype, device: str, *, maste
     """A transformers causal LM (or vision-language model) and tokenizer from a local folder
     or a hub name.  ``dtype`` is the compute dtype (:mod:`trainer.precision`): a model that
     trains (``master``) keeps float32 parameters, one that only generates is loaded in
-    ``dtype`` itself."""
+    ``dtype`` itself.  A LoRA adapter folder (:func:`trainer.models.lora.save_adapter`) loads
+    the base it names, then the adapter on it (folded into the base when only generating)."""
+    base = adapter_base(name_or_path)
+    if base is not None:
+        return _load_adapted(name_or_path, base, dtype, device, master)
     local_only = Path(name_or_path).is_dir() or _offline()
     tokenizer = load_tokenizer(name_or_path, local_files_only=local_only)
     if tokenizer.pad_token is None:
@@ -179,7 +184,25 @@ def load_pretrained(name_or_path: str, dtype: torch.dtype, device: str, *, maste
     model = _auto_class(name_or_path, local_only).from_pretrained(
         name_or_path, dtype=MASTER_DTYPE if master else dtype, local_files_only=local_only
     )
+    set_base_name(model, name_or_path)
     return set_compute_dtype(model.to(device), dtype), tokenizer
+
+
+def _load_adapted(folder: str, base: str, dtype: torch.dtype, device: str, master: bool):
+    """An adapter folder's base (a backbone name, or a folder or hub name for
+    :func:`load_pretrained`), its adapter on it, and the folder's own tokenizer."""
+    if base == SMOLLM2_BACKBONE:
+        model, _ = load_smollm2(dtype=MASTER_DTYPE, device=device)
+        set_base_name(model, base)
+    else:
+        model, _ = load_pretrained(base, dtype, device, master=True)
+    load_adapter(model, folder)
+    if not master:
+        unload(model).to(dtype)
+    tokenizer = load_tokenizer(folder, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return set_compute_dtype(model, dtype), tokenizer
 
 
 def load_model(
@@ -206,6 +229,7 @@ def load_model(
         model = build(tokenizer, model_cfg.tiny, seed).to(device=dev, dtype=MASTER_DTYPE)
     elif model_cfg.backbone == SMOLLM2_BACKBONE:
         model, tokenizer = load_smollm2(dtype=MASTER_DTYPE, device=dev)
+        set_base_name(model, SMOLLM2_BACKBONE)  # a LoRA checkpoint names it as its base
     elif model_cfg.backbone.endswith(SHAPE_SUFFIX):  # paper-shaped, random weights (trainer/models/paper_shapes.py)
         model, tokenizer = load_shape(model_cfg.backbone, env_texts, model_cfg.tiny.vocab_size, seed,
                                       MASTER_DTYPE, dev)

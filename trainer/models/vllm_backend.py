@@ -14,10 +14,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trainer.config import ModelConfig, VLLMConfig, is_builtin_backbone
 from trainer.models.constrained import template_regex
 from trainer.models.generation import STOP_STRINGS, Generation, GenerationBackend, prepare_request
+from trainer.models.lora import engine_tensors, save_merged
 from trainer.models.precision import compute_dtype
 from trainer.models.vision import vision_token_ids
 from trainer.parallel.group import active
-from trainer.parallel.shard import full_tensors
 
 
 class VLLMBackend(GenerationBackend):
@@ -82,7 +82,7 @@ class VLLMBackend(GenerationBackend):
         cpu = next(model.parameters()).device.type == "cpu"
         if source is None:
             self._folder = tempfile.TemporaryDirectory(prefix="hindsight-vllm-")
-            model.save_pretrained(self._folder.name, safe_serialization=True)
+            save_merged(model, self._folder.name)  # LoRA: adapters merged, the base's names
             tokenizer.save_pretrained(self._folder.name)
             source = self._folder.name
             self._synced = weights_version(model)
@@ -194,9 +194,10 @@ class VLLMBackend(GenerationBackend):
         """Copy ``model``'s weights into the engine, one tensor at a time (a generator, never a
         second state dict), in the engine's dtype; then drop the prefix cache.  A sharded
         policy's tensors are gathered from the ranks as they are reached (``full_tensor()``),
-        every rank pushing to its own engine in step."""
+        every rank pushing to its own engine in step.  LoRA adapters arrive merged into their
+        base weights (:func:`trainer.models.lora.engine_tensors`)."""
         dtype = self.dtype
-        weights = ((name, tensor.detach().to(dtype)) for name, tensor in full_tensors(self.model))
+        weights = ((name, tensor.detach().to(dtype)) for name, tensor in engine_tensors(self.model))
         self.llm.collective_rpc(_reload_weights, args=(weights,))
         self.llm.reset_prefix_cache()
         self._synced = weights_version(self.model)

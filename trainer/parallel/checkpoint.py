@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from trainer.models.lora import has_adapters, save_adapter
 from trainer.parallel.group import barrier, is_main, rank, world
 from trainer.parallel.shard import full_tensors, unique_keys
 from trainer.run.checkpoint import (
@@ -114,6 +115,12 @@ def export_model(model, tokenizer, folder: str | Path, shard_bytes: int = SHARD_
     are several, the config and the tokenizer.  Tied duplicates (the LM head of tied
     embeddings) are left out, as ``save_pretrained`` does."""
     folder = Path(folder)
+    if has_adapters(model):  # LoRA: the adapter and the name of its base (trainer.models.lora)
+        save_adapter(model, folder)
+        if is_main():
+            tokenizer.save_pretrained(folder)
+        barrier()
+        return
     keep = unique_keys(model)
     files: list[dict[str, str]] = []
     part: dict[str, torch.Tensor] = {}

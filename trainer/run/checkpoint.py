@@ -2,15 +2,18 @@
 
 Layout under ``<output.dir>/checkpoints/step_<NNNNNN>/``::
 
-    model/                 save_pretrained (safetensors) + tokenizer
+    model/                 save_pretrained (safetensors) + tokenizer; under LoRA the adapter
+                           naming its base (trainer.models.lora.save_adapter) + tokenizer
     trainer_state.pt       optimizer state, RNG states, step, run id, counters
     writer.pt              the frozen self-writer snapshot (stale / refresh_every > 1 writers)
     COMPLETE               written last: a checkpoint without it is ignored (crash-safe)
 
 and, once per run, ``<output.dir>/checkpoints/rl_init.pt``: the policy at the start of RL
-(the KL reference).  ``--resume`` restores the newest complete checkpoint, the reference and
-the writer snapshot bit for bit (not rebuilt from the resumed policy) and continues the same
-MLflow run at the same step.
+(the KL reference); under LoRA instead, when the base has no other name,
+``<output.dir>/checkpoints/rl_base/``: the base (the RL initialisation, with adapters
+disabled the KL reference) that the checkpoints' adapters name.  ``--resume`` restores the
+newest complete checkpoint, the reference and the writer snapshot bit for bit (not rebuilt
+from the resumed policy) and continues the same MLflow run at the same step.
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainer.models.lora import has_adapters, save_adapter
+
 STEP_PREFIX = "step_"
 RL_INIT = "rl_init.pt"
+RL_BASE = "rl_base"
 WRITER = "writer.pt"
 REPLAY = "replay.pt"
 
@@ -76,8 +82,7 @@ def save_checkpoint(
     if path.exists():
         shutil.rmtree(path)
     (path / "model").mkdir(parents=True)
-    model.save_pretrained(path / "model", safe_serialization=True)
-    tokenizer.save_pretrained(path / "model")
+    save_model(model, tokenizer, path / "model")
     torch.save(
         {
             "state": state.__dict__,
@@ -92,6 +97,16 @@ def save_checkpoint(
     for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def save_model(model, tokenizer, folder: str | Path) -> None:
+    """``model`` and ``tokenizer`` as a folder :func:`trainer.models.backbones.load_pretrained`
+    reads: ``save_pretrained``, or under LoRA the adapter and the name of its base."""
+    if has_adapters(model):
+        save_adapter(model, folder)
+    else:
+        model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
 
 
 def list_checkpoints(root: str | Path) -> list[Path]:

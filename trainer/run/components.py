@@ -7,10 +7,11 @@ frozen reference, rollout backend, sample builder, writer, optimizer.  The phase
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,11 +42,20 @@ from trainer.models.backbones import load_model, load_pretrained, resolve_device
 from trainer.models.backends import make_backend
 from trainer.models.folders import model_folder
 from trainer.models.generation import GenerationBackend, request_seed
+from trainer.models.lora import (
+    adapters_disabled,
+    base_name,
+    has_adapters,
+    merge_into_base,
+    save_merged,
+    set_base_name,
+    with_lora,
+)
 from trainer.models.paper_shapes import uses_local_tokenizer
 from trainer.models.precision import frozen_copy
 from trainer.models.vision import VisionCodec, is_vision_model
 from trainer.parallel.group import broadcast_object, is_main
-from trainer.run.checkpoint import WRITER, load_module, rl_init_path
+from trainer.run.checkpoint import RL_BASE, WRITER, load_module, rl_init_path
 from trainer.run.engines import snapshot_engine_config
 
 LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
@@ -74,6 +84,17 @@ class Components:
 
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @contextlib.contextmanager
+    def kl_reference(self) -> Iterator[torch.nn.Module | None]:
+        """The KL reference to score with inside the block: the frozen copy
+        (:attr:`reference`), the policy with its adapters disabled under LoRA (no copy;
+        :func:`~trainer.models.lora.adapters_disabled`), None without a KL term."""
+        if self.reference is not None or self.cfg.algo.kl_coef <= 0 or not has_adapters(self.model):
+            yield self.reference
+            return
+        with adapters_disabled(self.model) as base:
+            yield base
 
 
 def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
@@ -168,6 +189,7 @@ def build_components(cfg: RunConfig, init_from: str | None = None) -> Components
         local = uses_local_tokenizer(cfg.model.backbone)
         corpus = tokenizer_corpus(make_env, train_tasks[:TOKENIZER_EPISODES]) if local else None
         model, tokenizer = load_model(cfg.model, env_texts=corpus, seed=cfg.seed)
+    model = with_lora(model, cfg.model.lora, seed=cfg.seed)  # every backbone, fresh or loaded
     vision = None
     if cfg.env.images:
         if not is_vision_model(model):
@@ -243,7 +265,10 @@ def start_rl(ctx: Components, resume: Path | None = None,
     from the resumed policy.  ``shard`` (data-parallel ranks, :func:`trainer.parallel.shard_policy`)
     shards the policy and the reference in place before AdamW is built on the shards."""
     cfg = ctx.cfg
-    if cfg.algo.kl_coef > 0:
+    if has_adapters(ctx.model):  # the reference is the base with adapters disabled (lora_base)
+        if resume is None:
+            lora_base(ctx)
+    elif cfg.algo.kl_coef > 0:
         ctx.reference = frozen_copy(ctx.model)  # stored in the compute dtype
         if resume is not None and rl_init_path(cfg.output.dir).exists():  # older runs: rebuilt
             load_module(ctx.reference, rl_init_path(cfg.output.dir))
@@ -254,5 +279,21 @@ def start_rl(ctx: Components, resume: Path | None = None,
         ctx.writer.restore(Path(resume) / WRITER)
     if shard is not None:
         shard(ctx)
-    ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=cfg.algo.lr,
+    ctx.optimizer = torch.optim.AdamW([p for p in ctx.model.parameters() if p.requires_grad], lr=cfg.algo.lr,
                                       weight_decay=cfg.algo.weight_decay)
+
+
+def lora_base(ctx: Components) -> None:
+    """The RL initialisation as the base of a LoRA policy: the warm start's and Stage 1's
+    adapters folded into the base, fresh ones for RL (:func:`~trainer.models.lora.merge_into_base`),
+    so that the base with adapters disabled is the paper's reference.  A base that has no
+    name a checkpoint could give (random init, adapters folded in, a local folder that may
+    move) is saved once as ``checkpoints/rl_base`` and named by its checkpoints."""
+    merged = merge_into_base(ctx.model, seed=ctx.cfg.seed)
+    name = base_name(ctx.model)
+    if merged or name is None or Path(name).is_dir():
+        folder = Path(ctx.cfg.output.dir) / "checkpoints" / RL_BASE
+        if is_main():
+            save_merged(ctx.model, folder, merge=False)
+            ctx.tokenizer.save_pretrained(folder)
+        set_base_name(ctx.model, str(folder))

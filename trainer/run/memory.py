@@ -55,6 +55,7 @@ from trainer.config import (
 )
 from trainer.episodes.scoring import HEAD_CHUNK
 from trainer.models.backbones import resolve_dtype
+from trainer.models.lora import lora_params
 from trainer.models.paper_shapes import CONFIG_DIR, shape_config
 
 GIB = 2**30
@@ -243,18 +244,20 @@ def plan_memory(cfg: RunConfig, device_gib: float = 80.0) -> MemoryPlan:
     dtype = resolve_dtype(cfg.model.dtype, "cpu" if cfg.model.device == "cpu" else "cuda")  # a GPU unless cpu
     c = dtype.itemsize
     p = arch.params
+    adapters = lora_params(backbone_config(cfg.model), cfg.model.lora)  # LoRA: only these train
+    trained = adapters or p
     n = cfg.parallel.workers
     name = str(dtype).removeprefix("torch.")
     shard = f", 1/{n} a rank" if n > 1 else ""
-    parts = [Part(f"weights (float32 masters{shard})", 4 * p / n, "always"),
-             Part(f"optimizer (AdamW moments, float32{shard})", 8 * p / n, "always")]
+    parts = [Part(f"weights (float32 masters{shard})", 4 * (p + adapters) / n, "always"),
+             Part(f"optimizer (AdamW moments, float32{shard})", 8 * trained / n, "always")]
     if cfg.model.device != "cpu":
         parts.append(Part("CUDA context and allocator slack", GPU_RUNTIME_GIB * GIB, "always"))
-    if cfg.algo.kl_coef > 0:
+    if cfg.algo.kl_coef > 0 and not adapters:  # LoRA: the base with adapters disabled, no copy
         parts.append(Part(f"reference ({name}{shard})", c * p / n, "always"))
     if cfg.writer.kind == "frozen" or (cfg.writer.kind == "self" and cfg.writer.refresh_every != 1):
         parts.append(Part(f"writer snapshot ({name})", c * p, "always"))  # not sharded
-    parts.append(Part(f"gradients (float32{shard})", 4 * p / n, "update"))
+    parts.append(Part(f"gradients (float32{shard})", 4 * trained / n, "update"))
     if n > 1:  # gathered in the compute dtype: the root from forward to the end of backward, two layers (prefetch)
         gathered = c * (arch.root_params + 2 * arch.layer_params)
         parts.append(Part(f"gathered root and two layers ({name})", gathered, "update"))

@@ -37,7 +37,7 @@ from mlflow.utils.validation import (
 )
 
 from trainer.algos import get_method
-from trainer.config import RunConfig, canonical_json, flatten, to_dict
+from trainer.config import LORA_TARGETS, RunConfig, canonical_json, flatten, to_dict
 from trainer.run.resolve import resolve
 from trainer.run.store import experiment_id, git_sha, make_client, with_retry
 
@@ -71,7 +71,8 @@ CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages
 # at: a cell that keeps the default hashes as it did before the field existed, so a study
 # extended with the new setting continues (its finished trials are skipped, not rerun).
 ADDED_FIELDS = {"writer.constrained": False, "stages.skill_sft.replay": 0.0,
-                "stages.skill_sft.replay_batch": 8}
+                "stages.skill_sft.replay_batch": 8, "model.lora.rank": 0, "model.lora.alpha": 16.0,
+                "model.lora.dropout": 0.0, "model.lora.target_modules": LORA_TARGETS}
 
 
 def cell_id(cfg: RunConfig) -> str:

@@ -298,9 +298,10 @@ def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
     with unsharded(ctx.model, ctx.reference):  # sharded models: whole, so ranks need not pair forwards
         with timer("score"):
             old, student_seq = _score(ctx, ctx.model, trajectories, rollout_skills, entropy=True)
-        if ctx.reference is not None:
-            with timer("reference"):
-                logp_ref = _score(ctx, ctx.reference, trajectories, rollout_skills)[0].logp
+        with ctx.kl_reference() as reference:  # a frozen copy, or the base (LoRA adapters off)
+            if reference is not None:
+                with timer("reference"):
+                    logp_ref = _score(ctx, reference, trajectories, rollout_skills)[0].logp
     texts, skill_metrics = budgeted_texts(ctx, spec.skills, trajectories, hindsights)
     rows = {c: torch.tensor([t is not None for t in texts[c]], device=old.logp.device)
             for c in spec.skills}  # context -> [B] bool

@@ -18,6 +18,7 @@ import envs
 from envs.base import Episode, Task, TextEnv, demo_policy, run_episode
 from envs.oracle import Oracle
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
+from trainer.run.checkpoint import save_model
 from trainer.run.components import Components, build_components, env_factory
 from trainer.stages.sft import demo_trajectory, sft, writer_example
 
@@ -77,7 +78,8 @@ def warm_start_cache(cfg: RunConfig) -> Path | None:
     ws = cfg.stages.warm_start
     if not ws.cache or not ws.enabled:
         return None
-    parts = {"model": json.loads(canonical_json(cfg.model, exclude=("vllm",))),
+    unused = ("lora",) if cfg.model.lora.rank == 0 else ()  # full fine-tuning keeps its old keys
+    parts = {"model": json.loads(canonical_json(cfg.model, exclude=("vllm", *unused))),
              "env": json.loads(canonical_json(cfg.env)),
              "warm_start": {k: v for k, v in to_dict(ws).items() if k not in ("cache", "cache_dir")},
              "seed": cfg.seed, "max_new_tokens": cfg.rollout.max_new_tokens, "demonstrations": DEMONSTRATIONS}
@@ -95,8 +97,7 @@ def save_warm_start(ctx: Components, path: Path, metrics: dict[str, float]) -> N
     """Write the warm-started model atomically (a temp dir renamed into place)."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    ctx.model.save_pretrained(tmp / "model", safe_serialization=True)
-    ctx.tokenizer.save_pretrained(tmp / "model")
+    save_model(ctx.model, ctx.tokenizer, tmp / "model")  # under LoRA: the adapter, naming its base
     (tmp / "metrics.json").write_text(json.dumps(metrics))
     (tmp / "COMPLETE").write_text("ok\n")
     try:
@@ -183,12 +184,12 @@ def train_warm_start(cfg: RunConfig, progress=None) -> tuple[Components, dict[st
 
 
 def save_bundle(ctx: Components, out: Path, metrics: dict[str, float], evaluation: dict[str, float]) -> Path:
-    """Write a warm-start checkpoint: weights, tokenizer and :data:`BUNDLE_META`."""
+    """Write a warm-start checkpoint: weights (under LoRA the adapter and the name of its
+    base), tokenizer and :data:`BUNDLE_META`."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    ctx.model.save_pretrained(out, safe_serialization=True)
-    ctx.tokenizer.save_pretrained(out)
+    save_model(ctx.model, ctx.tokenizer, out)  # under LoRA: the adapter, naming its base
     meta = {"settings": _bundle_settings(ctx.cfg), "env_fingerprint": bundle_fingerprint(ctx.cfg),
             "warm_start": to_dict(ctx.cfg.stages.warm_start), "seed": ctx.cfg.seed,
             "metrics": metrics, "evaluation": evaluation}

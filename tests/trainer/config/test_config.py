@@ -78,6 +78,11 @@ EXACT = [
       "model.tiny: hidden_size, intermediate_size, max_position_embeddings, num_heads, "
       "num_kv_heads, num_layers, vocab_size")),
     ({"model": {"tiny": {"num_layers": 0}}}, "model.tiny.num_layers: expected an integer >= 1, got 0"),
+    ({"model": {"lora": {"rank": -1}}}, "model.lora.rank: expected an integer >= 0, got -1"),
+    ({"model": {"lora": {"dropout": 1}}}, "model.lora.dropout: expected a number >= 0 and < 1, got 1"),
+    ({"model": {"lora": {"alpha": 0}}}, "model.lora.alpha: expected a number > 0, got 0"),
+    ({"model": {"lora": {"target_modules": "q_proj"}}},
+     "model.lora.target_modules: expected a list of strings, got 'q_proj'"),
     ([1, 2], "config: expected a mapping of keys, got [1, 2]"),
 ]
 

@@ -59,3 +59,20 @@ def test_without_the_weight_push_the_gap_grows(tmp_path, monkeypatch):
     gaps = run(tmp_path)["rollout/logprob_diff_max"]
     assert gaps[0] < 1e-3  # step 1 samples from the warm start, the weights the engine started with
     assert gaps[-1] > 1e-2 and gaps[-1] > 10 * gaps[0], gaps
+
+
+@pytest.mark.parametrize("push", [True, False], ids=["merged-push", "no-push"])
+def test_a_lora_policy_reaches_the_engine_as_merged_weights(tmp_path, monkeypatch, push):
+    """model.lora: the engine starts from the base (the warm start's folder) and each sync
+    pushes the adapters merged into it under the base's names; without the push the gap to
+    the trainer's log-probs grows as the adapters train."""
+    from trainer.models.vllm_backend import VLLMBackend
+
+    if not push:
+        monkeypatch.setattr(VLLMBackend, "_push", lambda self: setattr(self, "_synced", None))
+    gaps = run(tmp_path, "model.lora.rank=8", "model.lora.alpha=64")["rollout/logprob_diff_max"]
+    assert len(gaps) == STEPS
+    if push:
+        assert max(gaps) < 1e-3, gaps
+    else:
+        assert gaps[-1] > 1e-2 and gaps[-1] > 10 * gaps[0], gaps

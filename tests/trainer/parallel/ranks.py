@@ -56,7 +56,7 @@ def _write(out: str, job: str, payload) -> None:
 # ---- job "update": the 2-rank update equals the 1-rank update on the same trajectories
 
 
-def _context(out: str, method: str, mode: str, **algo):
+def _context(out: str, method: str, mode: str, lora: int = 0, **algo):
     from trainer.algos import get_method
     from trainer.hindsight.writers import PrivilegedContext
     from trainer.run.components import build_components, start_rl
@@ -64,7 +64,7 @@ def _context(out: str, method: str, mode: str, **algo):
 
     cfg = resolve(load_config(MICRO, [f"algo.method={method}", "writer.kind=oracle", f"env.context={mode}",
                                       "rollout.tasks_per_step=2", "rollout.group_size=3",
-                                      f"output.dir={out}/{method}-{mode}"]))
+                                      f"output.dir={out}/{method}-{mode}", f"model.lora.rank={lora}"]))
     cfg = dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, **algo))
     ctx = build_components(cfg)
     ctx.spec = get_method(method)
@@ -138,8 +138,8 @@ def job_update(out: str, args: dict) -> None:
     prepared = []
     for case in args["cases"]:
         method, agg, minibatches, mode = case
-        ctx = _context(out, method, mode, loss_agg=agg, minibatch_size=6 // minibatches, kl_coef=0.01,
-                       micro_batch_size=args.get("micro", 2))
+        ctx = _context(out, method, mode, args.get("lora", 0), loss_agg=agg, minibatch_size=6 // minibatches,
+                       kl_coef=0.01, micro_batch_size=args.get("micro", 2))
         batch = _with_advantages(collect_batch(ctx, 1, PhaseTimer()))
         start = (copy.deepcopy(ctx.model), copy.deepcopy(ctx.reference))
         single = copy.copy(ctx)
@@ -166,8 +166,11 @@ def job_update(out: str, args: dict) -> None:
         diff = 0.0
         for name, tensor in full_tensors(ranked.model):
             diff = max(diff, float((tensor - expected[name]).abs().max()))
-        moved = max(float((expected[k] - v).abs().max()) for k, v in start[0].state_dict().items())
+        change = {k: float((expected[k] - v).abs().max()) for k, v in start[0].state_dict().items()}
+        moved = max(change.values())
         results.append({"case": case, "max_abs_diff": diff, "moved": moved, "grad_rel_diff": grad_diff,
+                        "moved_base": max(v for k, v in change.items() if ".lora_" not in k),
+                        "grad_names": sorted({n for g in got_grads for n in g}),
                         "loss_single": metrics.get("loss/total"), "loss_ranks": got.get("loss/total")})
     _write(out, "update", results)
 

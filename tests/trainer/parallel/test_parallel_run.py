@@ -27,8 +27,8 @@ def overrides(out: Path, *extra: str) -> list[str]:
             f"output.dir={out / 'out'}", f"tracking.uri=sqlite:///{out / 'mlruns.db'}", *extra]
 
 
-def train_ranks(out: Path, **args) -> list[dict]:
-    payload = json.dumps({"config": str(EZPOINTS), "overrides": overrides(out), **args})
+def train_ranks(out: Path, extra: tuple[str, ...] = (), **args) -> list[dict]:
+    payload = json.dumps({"config": str(EZPOINTS), "overrides": overrides(out, *extra), **args})
     subprocess.run([sys.executable, str(RANKS), "launch", "2", "train", str(out), payload], check=True, timeout=900)
     return [json.loads((out / f"train_rank{r}.json").read_text()) for r in range(2)]
 
@@ -166,3 +166,30 @@ def test_two_ranks_replay_rank0s_stage1_examples(tmp_path):
     replayed = history(tmp_path, results[0]["run_id"], ("loss/replay",))["loss/replay"]
     assert [step for step, _ in replayed] == [1, 2] and all(v > 0 for _, v in replayed)
     assert load_replay(replay_path(tmp_path / "out"))
+
+
+@pytest.mark.slow
+def test_a_killed_two_rank_lora_run_resumes_to_the_same_step(tmp_path):
+    """model.lora on two ranks: the checkpoints are adapters naming the run's base
+    (checkpoints/rl_base, the bundled warm start it started from), no sharded reference is
+    saved, and a run killed in step 2 resumes to the uninterrupted run's metrics and
+    adapter weights."""
+    from safetensors.torch import load_file
+
+    lora = ("model.lora.rank=4",)
+    whole = train_ranks(tmp_path / "whole", lora)
+    crashed = train_ranks(tmp_path / "crash", lora, crash_in_step=2)
+    assert all("crashed" in r for r in crashed)
+    resumed = train_ranks(tmp_path / "crash", lora, resume=True)
+    expected = history(tmp_path / "whole", whole[0]["run_id"])
+    got = history(tmp_path / "crash", resumed[0]["run_id"])
+    for key in KEYS:
+        assert got[key] == expected[key], key
+    checkpoints = tmp_path / "whole" / "out" / "checkpoints"
+    assert (checkpoints / "rl_base" / "model.safetensors").is_file()
+    assert not (checkpoints / "rl_init_sharded").exists()
+    adapter = "model/adapter_model.safetensors"
+    want = load_file(str(checkpoints / "step_000002" / adapter))
+    final = load_file(str(tmp_path / "crash" / "out" / "checkpoints" / "step_000002" / adapter))
+    assert final.keys() == want.keys() and all(".lora_" in k for k in want)
+    assert all(torch.equal(final[k], want[k]) for k in want)

@@ -45,6 +45,18 @@ def test_two_ranks_update_equals_one_process(tmp_path):
         assert r["loss_ranks"] == pytest.approx(r["loss_single"], rel=1e-5, abs=1e-7), r
 
 
+def test_two_ranks_update_lora_adapters_as_one_process(tmp_path):
+    """FSDP2 shards a LoRA policy (frozen base, float32 adapters, the reference its base with
+    the adapters disabled): the adapters' gradients and weights after two PPO minibatches
+    equal the one-process update's, and only the adapters move."""
+    case = ["grpo", "token-mean", 2, "full"]
+    (r,) = run_update(tmp_path, cases=[case], lora=4)
+    assert r["moved"] > 1e-4 and r["moved_base"] == 0.0, r
+    assert r["max_abs_diff"] < 1e-5 and r["grad_rel_diff"] < 1e-5, r
+    assert r["grad_names"] and all(".lora_" in n for n in r["grad_names"]), r
+    assert r["loss_ranks"] == pytest.approx(r["loss_single"], rel=1e-5, abs=1e-7), r
+
+
 @pytest.mark.slow
 def test_local_counts_break_the_equivalence(tmp_path):
     """The check can fail: weights from each rank's own counts differ in every case."""

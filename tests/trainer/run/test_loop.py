@@ -105,21 +105,28 @@ def test_same_seed_gives_identical_metrics(tmp_path):
     assert values[0] == values[1]
 
 
-@pytest.mark.parametrize("method", ["grpo", "seed_stale", "seed_writer_replay"])
+@pytest.mark.parametrize("method", ["grpo", "seed_stale", "seed_writer_replay", "grpo_lora"])
 def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_path, monkeypatch, method):
     """Crash in step 2 (after the step-1 checkpoint), resume: same MLflow run, steps 1..2,
     and the same learning metrics as an uninterrupted run (optimizer, RNG restored), with
     the KL reference and SEED-stale's frozen writer equal, bit for bit, to the uninterrupted
     run's RL initialisation (not rebuilt from the resumed step-1 policy), and the writer
-    replay drawing from the same saved Stage-1 examples (without rerunning Stage 1)."""
+    replay drawing from the same saved Stage-1 examples (without rerunning Stage 1).
+    With LoRA the checkpoint is the adapter naming the run's base (its RL initialisation,
+    the warm start's and Stage 1's adapters folded in), which is the reference."""
     import trainer.run.loop as run_module
+    from trainer.models.lora import merged_tensors
+
+    lora = method.endswith("_lora")
+    method = method.removesuffix("_lora")
+    extra = ("model.lora.rank=4",) if lora else ()
 
     keys = ("train/success", "adv/std", "loss/total", "train/entropy", "ppo/kl")
     if method != "grpo":
         keys += ("writer/invalid_rate", "writer/skill_tokens")
     if method == "seed_writer_replay":
         keys += ("loss/replay",)
-    reference_cfg = micro(tmp_path / "ref", f"algo.method={method}")
+    reference_cfg = micro(tmp_path / "ref", f"algo.method={method}", *extra)
     reference = run_module.train(reference_cfg, progress=False)
     client = make_client(reference_cfg.tracking.uri)
     expected = {k: [m.value for m in client.get_metric_history(reference.run_id, k)] for k in keys}
@@ -132,7 +139,7 @@ def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_
             raise KeyboardInterrupt("simulated kill during step 2")
         return real(*args, **kwargs)
 
-    cfg = micro(tmp_path / "crash", f"algo.method={method}")
+    cfg = micro(tmp_path / "crash", f"algo.method={method}", *extra)
     monkeypatch.setattr(run_module, "update", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         run_module.train(cfg, progress=False)
@@ -149,11 +156,21 @@ def test_resume_after_a_crash_continues_the_same_run_with_identical_metrics(tmp_
     from trainer.run.checkpoint import rl_init_path
     from trainer.run.components import frozen_writer
 
-    init = torch.load(rl_init_path(reference_cfg.output.dir), weights_only=True)
-    restored = [contexts[0].reference] + ([frozen_writer(contexts[0])] if method == "seed_stale" else [])
-    for module in restored:
-        for name, value in module.state_dict().items():
-            assert torch.equal(value, init[name]), name
+    if lora:
+        from safetensors.torch import load_file
+
+        assert contexts[0].reference is None and not rl_init_path(reference_cfg.output.dir).exists()
+        init = load_file(Path(reference_cfg.output.dir) / "checkpoints" / "rl_base" / "model.safetensors")
+        base = dict(merged_tensors(contexts[0].model, contexts[0].model.state_dict().items(), merge=False))
+        assert init.keys() <= base.keys()
+        assert all(torch.equal(base[name], value) for name, value in init.items())
+        assert (Path(cfg.output.dir) / "checkpoints" / "step_000002" / "model" / "adapter_config.json").is_file()
+    else:
+        init = torch.load(rl_init_path(reference_cfg.output.dir), weights_only=True)
+        restored = [contexts[0].reference] + ([frozen_writer(contexts[0])] if method == "seed_stale" else [])
+        for module in restored:
+            for name, value in module.state_dict().items():
+                assert torch.equal(value, init[name]), name
     client = make_client(cfg.tracking.uri)
     runs = client.search_runs([client.get_experiment_by_name("hindsight").experiment_id])
     assert [r.info.run_id for r in runs] == [resumed.run_id]

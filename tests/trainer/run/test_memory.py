@@ -143,3 +143,26 @@ def test_validate_warns_with_the_same_figure(capsys, tmp_path):
     assert main(["validate", str(big), "--skip-extras"]) == 0
     err = capsys.readouterr().err
     assert "warning: seed (Qwen/Qwen2.5-3B-Instruct)" in err and "does not fit" in err
+
+
+def test_lora_plans_optimizer_states_and_gradients_for_the_adapters_only():
+    """With model.lora the moments (8 bytes a parameter) and gradients (4) are the adapters'
+    (rank x (in + out) per adapted layer), and the reference is the base itself, no copy."""
+    from trainer.config import LoRAConfig
+    from trainer.models.lora import lora_params
+    from trainer.run.memory import backbone_config
+
+    path = SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml"
+    full = plan_memory(resolve(load_config(path)), 80)
+    lora = plan_memory(resolve(load_config(path, ["model.lora.rank=16"])), 80)
+    parts = {part.name: part.bytes for part in lora.parts}
+    config = backbone_config(resolve(load_config(path)).model)
+    adapters = lora_params(config, LoRAConfig(rank=16))
+    kv = config.hidden_size // config.num_attention_heads * config.num_key_value_heads
+    by_hand = config.num_hidden_layers * 16 * (4 * config.hidden_size + 2 * (config.hidden_size + kv)
+                                               + 3 * (config.hidden_size + config.intermediate_size))
+    assert adapters == by_hand and 0 < adapters < full.arch.params / 50
+    assert parts["optimizer (AdamW moments, float32)"] == 8 * adapters
+    assert parts["gradients (float32)"] == 4 * adapters
+    assert not any(name.startswith("reference") for name in parts)
+    assert lora.peak < full.peak

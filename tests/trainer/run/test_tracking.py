@@ -79,6 +79,7 @@ def test_a_field_added_later_keeps_the_ids_of_cells_at_its_default(tmp_path):
     before = canonical_json(resolve(cfg), exclude=CELL_EXCLUDE + tuple(ADDED_FIELDS))
     assert cell_id(cfg) == hashlib.sha256(before.encode()).hexdigest()[:12]
     assert cell_id(cfg) != cell_id(_cfg(tmp_path, **{"writer.constrained": True}))
+    assert cell_id(cfg) != cell_id(_cfg(tmp_path, **{"model.lora.rank": 4}))
 
 
 def test_start_logs_tags_params_and_config(tmp_path, store):

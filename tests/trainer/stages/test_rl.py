@@ -434,3 +434,29 @@ def test_the_phase_timer_charges_a_nested_phase_to_itself_alone(monkeypatch):
         pass
     assert timer.seconds == {"teacher": 2.0, "update": 8.0, "eval": 1.5}
     assert sum(timer.seconds.values()) == 11.5
+
+
+def test_lora_scores_its_reference_as_the_base_with_adapters_disabled(base_ctx, tmp_path):
+    """With model.lora the KL reference is no copy: after an update moved the adapters, the
+    step's reference log-probs are those of the RL initialisation (the policy before LoRA)."""
+    from trainer.models.lora import has_adapters, with_lora
+
+    plain = copy.deepcopy(base_ctx.model)
+    ctx = copy.copy(base_ctx)
+    ctx.model = with_lora(copy.deepcopy(base_ctx.model), dataclasses.replace(base_ctx.cfg.model.lora, rank=4))
+    ctx.backend = copy.copy(base_ctx.backend)
+    ctx.backend.sync_weights(ctx.model)
+    ctx = variant(ctx, "grpo", "model.lora.rank=4", f"output.dir={tmp_path}")
+    assert ctx.reference is None and has_adapters(ctx.model)
+    timer = rl.PhaseTimer()
+    rl.update(ctx, rl.collect_batch(ctx, 1, timer), 1, timer)
+    with torch.no_grad():  # and training moved the adapters further (B = 0 at the start of RL)
+        for name, p in ctx.model.named_parameters():
+            if ".lora_B." in name:
+                p.add_(0.05)
+    batch = rl.collect_batch(ctx, 2, timer)
+    base = rl._score(ctx, plain, batch.trajectories, batch.rollout_skills)[0].logp
+    policy = rl._score(ctx, ctx.model, batch.trajectories, batch.rollout_skills)[0].logp
+    assert batch.logp_ref is not None and torch.equal(batch.logp_ref, base)
+    assert not torch.equal(policy, base)  # the update moved the policy, not its reference
+    assert all(p.requires_grad for n, p in ctx.model.named_parameters() if ".lora_" in n)

@@ -203,3 +203,45 @@ def test_the_cache_key_changes_with_the_demonstrations(monkeypatch):
     assert warm.warm_start_cache(cfg) == before
     monkeypatch.setattr(warm, "DEMONSTRATIONS", warm.DEMONSTRATIONS + 1)
     assert warm.warm_start_cache(cfg) != before
+
+
+def test_a_lora_warm_start_is_its_adapter_and_becomes_the_reference_base_at_rl(tmp_path):
+    """With model.lora a saved warm start is the adapter (plus, for the random-init tiny base
+    that has no other name, that base once); a run starting from it carries those adapters
+    exactly, and at the start of RL folds them into its base, so that the base with adapters
+    disabled (the KL reference) is the warm-started policy."""
+    import torch
+
+    from trainer.episodes.samples import TokenSequence
+    from trainer.episodes.scoring import sequence_logprobs
+    from trainer.models.lora import adapters_disabled, has_adapters
+    from trainer.run.components import build_components, start_rl
+
+    cfg = micro(**{"model.lora.rank": 4, "output.dir": str(tmp_path / "out")})
+    ctx, metrics = train_warm_start(cfg)
+    trained = {k: v.clone() for k, v in ctx.model.state_dict().items()}
+    path = save_bundle(ctx, tmp_path / "ws", metrics, {})
+    assert (path / "adapter_model.safetensors").is_file() and (path / "base" / "model.safetensors").is_file()
+    assert not (path / "model.safetensors").exists()
+    run = build_components(cfg, init_from=str(path))
+    assert has_adapters(run.model) and run.model.state_dict().keys() == trained.keys()
+    assert all(torch.equal(v, trained[k]) for k, v in run.model.state_dict().items())
+    ids = run.tokenizer.encode("You are in the middle of a room. Your task is to put a clean apple in fridge.")
+    seq = [TokenSequence(tuple(ids), (0,) + (1,) * (len(ids) - 1), (-1,) + (0,) * (len(ids) - 1))]
+    warm = sequence_logprobs(run.model, seq, with_entropy=False)[0]
+    with adapters_disabled(run.model):
+        assert not torch.equal(sequence_logprobs(run.model, seq, with_entropy=False)[0], warm)
+    start_rl(run)
+    with adapters_disabled(run.model):
+        torch.testing.assert_close(sequence_logprobs(run.model, seq, with_entropy=False)[0], warm)
+    assert (tmp_path / "out" / "checkpoints" / "rl_base" / "model.safetensors").is_file()
+
+
+def test_full_fine_tuning_keeps_its_warm_start_cache_key():
+    """model.lora's settings matter to the cache key only when adapters train (rank > 0)."""
+    from trainer.stages.warm_start import warm_start_cache
+
+    cache = {"stages.warm_start.cache": True, "stages.warm_start.cache_dir": "/tmp/c"}
+    key = warm_start_cache(micro(**cache))
+    assert warm_start_cache(micro(**cache, **{"model.lora.alpha": 32.0})) == key
+    assert warm_start_cache(micro(**cache, **{"model.lora.rank": 4})) != key
