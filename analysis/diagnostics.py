@@ -28,7 +28,7 @@ from analysis.stats import bootstrap_ci, mean_std
 
 REGIONS = ("prefix", "error", "suffix")
 POLARITIES = ("delta_pos", "delta_neg")
-# Disjoint phases of a run (trainer.stages.rl.PhaseTimer charges a nested phase to itself
+# Disjoint phases of a run (trainer.stages.phases.PhaseTimer charges a nested phase to itself
 # alone): the RL step's, then what a trial runs once (Stage 1, the writer panel, the RL setup).
 PHASES = ("rollout", "write", "score", "teacher", "reference", "update", "eval", "skill_sft", "writer_panel",
           "start_rl")

@@ -3,6 +3,7 @@ matched by ``[tool.setuptools.package-data]`` (a non-editable install has nothin
 
 import fnmatch
 import subprocess
+
 import tomllib
 
 from support.paths import ROOT

@@ -19,7 +19,8 @@ import pandas as pd
 import torch
 
 from trainer.episodes.records import build_records
-from trainer.stages.rl import PhaseTimer, collect_batch
+from trainer.stages.phases import PhaseTimer
+from trainer.stages.rl import collect_batch
 
 # The method whose scoring path this protocol uses: Positive and Negative contexts scored
 # with the old-policy teacher once per batch (never an update).

@@ -14,7 +14,8 @@ from trainer.episodes.scoring import (
     ActionBatch,
 )
 from trainer.run.components import Components
-from trainer.stages.rl import PhaseTimer, StepBatch
+from trainer.stages.phases import PhaseTimer
+from trainer.stages.rl import StepBatch
 
 
 def step_metrics(ctx: Components, batch: StepBatch, timer: PhaseTimer) -> dict[str, float]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from trainer.stages.rl import PhaseTimer
+from trainer.stages.phases import PhaseTimer
 
 
 @dataclass
