@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+from trainer.stages import phases
 from trainer.stages.phases import PhaseTimer
 
 
@@ -102,3 +103,18 @@ def test_a_cuda_timer_reads_the_allocator_and_the_device(monkeypatch):
     metrics = timer.metrics()
     assert metrics["memory/rollout_reserved_gib"] == 5.0
     assert metrics["memory/rollout_used_gib"] == 20.0  # 80 GiB total, 60 free
+
+
+def test_the_phase_timer_charges_a_nested_phase_to_itself_alone(monkeypatch):
+    """The current-policy teacher's passes run inside the update: they count as teacher
+    only, so a step's phases add up to its wall time (the compute-cost table sums them)."""
+    clock = iter([0.0, 1.0, 3.0, 10.0, 10.0, 11.5])  # update in, teacher in/out, update out, eval in/out
+    monkeypatch.setattr(phases.time, "perf_counter", lambda: next(clock))
+    timer = PhaseTimer()
+    with timer("update"):
+        with timer("teacher"):
+            pass
+    with timer("eval"):
+        pass
+    assert timer.seconds == {"teacher": 2.0, "update": 8.0, "eval": 1.5}
+    assert sum(timer.seconds.values()) == 11.5
