@@ -205,8 +205,15 @@ def load_model(
                                       MASTER_DTYPE, dev)
     else:
         model, tokenizer = load_pretrained(model_cfg.backbone, dtype, dev)
+    return apply_settings(model, model_cfg, dtype), tokenizer
+
+
+def apply_settings(model: PreTrainedModel, model_cfg: ModelConfig, dtype: torch.dtype) -> PreTrainedModel:
+    """The settings a policy trains with, applied after any load (a fresh backbone, a resumed
+    checkpoint, a cached or saved warm start), so that none is lost on a reload: the compute
+    dtype ``dtype`` (:mod:`trainer.models.precision`), gradient checkpointing when
+    ``model_cfg`` asks for it (not saved with the weights) and train mode.  Returns ``model``."""
     set_compute_dtype(model, dtype)
     if model_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    model.train()
-    return model, tokenizer
+    return model.train()

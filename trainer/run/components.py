@@ -37,7 +37,13 @@ from trainer.hindsight.writers import (
     library_from,
     load_library,
 )
-from trainer.models.backbones import load_model, load_pretrained, resolve_device, resolve_dtype
+from trainer.models.backbones import (
+    apply_settings,
+    load_model,
+    load_pretrained,
+    resolve_device,
+    resolve_dtype,
+)
 from trainer.models.backends import make_backend
 from trainer.models.folders import model_folder
 from trainer.models.generation import GenerationBackend, request_seed
@@ -161,8 +167,9 @@ def build_components(cfg: RunConfig, init_from: str | None = None) -> Components
     train_tasks = prompt_env.panel(cfg.env.train_split)
     if init_from is not None:
         device = resolve_device(cfg.model.device)
-        model, tokenizer = load_pretrained(init_from, resolve_dtype(cfg.model.dtype, device), device)
-        model.train()
+        dtype = resolve_dtype(cfg.model.dtype, device)
+        model, tokenizer = load_pretrained(init_from, dtype, device)
+        apply_settings(model, cfg.model, dtype)  # as load_model does for a fresh backbone
     else:
         local = uses_local_tokenizer(cfg.model.backbone)
         corpus = tokenizer_corpus(make_env, train_tasks[:TOKENIZER_EPISODES]) if local else None
