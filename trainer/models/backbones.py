@@ -135,10 +135,12 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_dtype(name: str, device: str) -> torch.dtype:
-    """``ModelConfig.dtype`` -> the torch compute dtype; ``"auto"`` = bfloat16 on CUDA,
-    float32 on CPU."""
+    """``ModelConfig.dtype`` -> the torch compute dtype; ``"auto"`` = bfloat16 on CUDA (unless
+    the GPU here lacks it: float32), float32 on CPU."""
     if name == "auto":
-        return torch.bfloat16 if device == "cuda" else torch.float32
+        if not device.startswith("cuda"):
+            return torch.float32
+        return torch.bfloat16 if not torch.cuda.is_available() or torch.cuda.is_bf16_supported() else torch.float32
     if name not in _DTYPES:
         raise ValueError(f"unknown dtype {name!r}; valid: auto, {', '.join(_DTYPES)}")
     return _DTYPES[name]

@@ -198,6 +198,14 @@ def build_components(cfg: RunConfig, init_from: str | None = None) -> Components
     return ctx
 
 
+def release_engines(ctx: Components) -> None:
+    """Put the run's engines to sleep (the policy's, and a writer's own where it has one)
+    before a phase that needs the memory: anything that trains, scores or writes a
+    checkpoint.  The next generation wakes them; backends without an engine ignore it."""
+    for backend in {id(b): b for b in (ctx.backend, getattr(ctx.writer, "backend", ctx.backend))}.values():
+        backend.release()
+
+
 def frozen_writer(ctx: Components) -> torch.nn.Module | None:
     """The self writer's frozen snapshot (stale / refresh_every > 1), None otherwise."""
     frozen = getattr(ctx.writer, "frozen", None)
@@ -228,6 +236,7 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
                         dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens,
                         ctx.builder.vision)
     hindsights = writer.write(trajectories, seed=request_seed("library-write", cfg.seed))
+    release_engines(ctx)
     entries = broadcast_object(library_from(trajectories, hindsights))  # data parallel: rank 0's
     if is_main():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,7 @@ from trainer.episodes.scoring import (
     to_actions,
 )
 from trainer.models.generation import request_seed
+from trainer.models.handover import free_cached_memory
 from trainer.parallel.batches import (
     combine_loss_metrics,
     global_counts,
@@ -61,7 +62,7 @@ from trainer.parallel.batches import (
 )
 from trainer.parallel.group import all_true, rank_parts
 from trainer.parallel.shard import norm_value, unsharded
-from trainer.run.components import Components
+from trainer.run.components import Components, release_engines
 from trainer.stages.skill_sft import replay_backward
 
 
@@ -230,8 +231,6 @@ def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
         with timer("write"):
             hindsights = ctx.writer.write(trajectories, seed=request_seed("write", cfg.seed, step, *rank_parts())) \
                 if spec.skills else None
-    for backend in {id(b): b for b in (ctx.backend, getattr(ctx.writer, "backend", ctx.backend))}.values():
-        backend.release()  # an engine sleeps through scoring and the update
     logp_ref = None
     with unsharded(ctx.model, ctx.reference):  # sharded models: whole, so ranks need not pair forwards
         with timer("score"):
@@ -258,11 +257,18 @@ def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
     return batch
 
 
+@contextmanager
 def generating(ctx: Components):
     """The context the policy's backend generates in: a backend that samples with the live
     model (transformers) needs a sharded policy whole (:func:`~trainer.parallel.unsharded`),
-    an engine holds its own copy of the weights."""
-    return unsharded(ctx.model) if getattr(ctx.backend, "generates_with_model", False) else nullcontext()
+    an engine holds its own copy of the weights and goes back to sleep on exit
+    (:func:`~trainer.run.components.release_engines`: it sleeps through scoring, the update
+    and checkpoint writes)."""
+    with unsharded(ctx.model) if getattr(ctx.backend, "generates_with_model", False) else nullcontext():
+        try:
+            yield
+        finally:
+            release_engines(ctx)
 
 
 def _image_tokens(ctx: Components, sequences) -> int:
@@ -311,6 +317,7 @@ def update(ctx: Components, batch: StepBatch, step: int, timer: PhaseTimer) -> t
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
+    free_cached_memory()  # the update's gradients and activations, before the engine wakes
     return {k: v / max(count, 1) for k, v in sums.items()}, finite
 
 
