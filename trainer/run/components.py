@@ -51,6 +51,7 @@ from trainer.models.paper_shapes import uses_local_tokenizer
 from trainer.models.precision import frozen_copy
 from trainer.models.vision import VisionCodec, is_vision_model
 from trainer.parallel.group import broadcast_object, is_main
+from trainer.parallel.shard import frozen_shards, is_sharded
 from trainer.run.checkpoint import WRITER, load_module, rl_init_path
 
 LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
@@ -259,7 +260,8 @@ def start_rl(ctx: Components, resume: Path | None = None,
     shards the policy and the reference in place before AdamW is built on the shards."""
     cfg = ctx.cfg
     if cfg.algo.kl_coef > 0:
-        ctx.reference = frozen_copy(ctx.model)  # stored in the compute dtype
+        # stored in the compute dtype; sharded from the start when the policy already is
+        ctx.reference = frozen_shards(ctx.model) if is_sharded(ctx.model) else frozen_copy(ctx.model)
         if resume is not None and rl_init_path(cfg.output.dir).exists():  # older runs: rebuilt
             load_module(ctx.reference, rl_init_path(cfg.output.dir))
     if ctx.library is None and ctx.spec.skills and cfg.writer.kind == "static":

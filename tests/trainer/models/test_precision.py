@@ -46,12 +46,11 @@ class Float32Bytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in (*args, *(kwargs or {}).values())
-                  if isinstance(t, torch.Tensor)}
+        inputs = {t.data_ptr() for t in (*args, *(kwargs or {}).values()) if isinstance(t, torch.Tensor)}
         for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor) and t.dtype == torch.float32 \
-                    and t.untyped_storage().data_ptr() not in inputs:
-                self.bytes += t.untyped_storage().nbytes()
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and not t._is_view() \
+                    and t.data_ptr() not in inputs:
+                self.bytes += t.numel() * t.element_size()
         return out
 
 
