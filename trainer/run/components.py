@@ -7,10 +7,11 @@ frozen reference, rollout backend, sample builder, writer, optimizer.  The phase
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +52,7 @@ from trainer.models.paper_shapes import uses_local_tokenizer
 from trainer.models.precision import frozen_copy
 from trainer.models.vision import VisionCodec, is_vision_model
 from trainer.parallel.group import broadcast_object, is_main
-from trainer.parallel.shard import frozen_shards, is_sharded
+from trainer.parallel.shard import frozen_shards, is_sharded, unsharded
 from trainer.run.checkpoint import WRITER, load_module, rl_init_path
 
 LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
@@ -205,6 +206,19 @@ def release_engines(ctx: Components) -> None:
     checkpoint.  The next generation wakes them; backends without an engine ignore it."""
     for backend in {id(b): b for b in (ctx.backend, getattr(ctx.writer, "backend", ctx.backend))}.values():
         backend.release()
+
+
+@contextlib.contextmanager
+def generating(ctx: Components) -> Iterator[None]:
+    """The context the policy's backend generates in: a backend that samples with the live
+    model (transformers) needs a sharded policy whole (:func:`~trainer.parallel.unsharded`),
+    an engine holds its own copy of the weights and goes back to sleep on exit
+    (:func:`release_engines`: it sleeps through scoring, the update and checkpoint writes)."""
+    with unsharded(ctx.model) if getattr(ctx.backend, "generates_with_model", False) else contextlib.nullcontext():
+        try:
+            yield
+        finally:
+            release_engines(ctx)
 
 
 def frozen_writer(ctx: Components) -> torch.nn.Module | None:
