@@ -28,6 +28,7 @@ _TYPES = {
     float: "number",
     str: "string",
     tuple[str, ...]: "list of strings",
+    bool | str: "true/false or auto",
 }
 
 
@@ -68,7 +69,7 @@ def _study_rows(fields: Mapping[str, schema.KeySpec], prefix: str = "") -> list:
 
 def _allowed(meta: Mapping) -> str:
     if "choices" in meta:
-        return ", ".join(meta["choices"])
+        return ", ".join(str(c).lower() if isinstance(c, bool) else c for c in meta["choices"])
     symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
     return " and ".join(f"{symbols[k]} {meta[k]:g}" for k in symbols if k in meta)
 

@@ -102,6 +102,11 @@ def _show(v: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _show_choice(v: Any) -> str:
+    """A choice as a config file spells it: true/false for a bool, the string itself else."""
+    return _show(v) if isinstance(v, bool) else str(v)
+
+
 def _suggest(word: str, valid: Iterable[str], prefix: str = "") -> str:
     """'; did you mean 'x'?' for the closest valid name (difflib), '' when none is close."""
     match = difflib.get_close_matches(str(word), list(valid), n=1)
@@ -134,9 +139,10 @@ def _convert(value: Any, base: Any, optional: bool, meta: Mapping, key: str) -> 
     if dataclasses.is_dataclass(base):
         return value if isinstance(value, base) else from_dict(value, base, _prefix=key)
     if "choices" in meta:
-        if value not in meta["choices"]:
-            raise ConfigError(f"{key}: {_show(value)} is not one of {', '.join(meta['choices'])}"
-                              f"{_suggest(value, meta['choices'])}")
+        choices = meta["choices"]
+        if not any(type(value) is type(c) and value == c for c in choices):  # 1 is not true
+            raise ConfigError(f"{key}: {_show(value)} is not one of {', '.join(map(_show_choice, choices))}"
+                              f"{_suggest(value, [c for c in choices if isinstance(c, str)])}")
         return value
     if base not in _PARSERS:
         raise TypeError(f"{key}: unsupported config field type {base!r}")

@@ -49,7 +49,7 @@ def is_builtin_backbone(backbone: str) -> bool:
     return backbone in (*TINY_BACKBONES, SMOLLM2_BACKBONE) or backbone.endswith(SHAPE_SUFFIX)
 
 
-def _choices(*values: str) -> dict:
+def _choices(*values: str | bool) -> dict:
     return {"choices": tuple(values)}
 
 
@@ -85,13 +85,16 @@ class VLLMConfig:
     # KV-cache size in GiB; 0 = what gpu_memory_utilization leaves on a GPU, 1 GiB on a CPU
     # (vLLM's CPU build reads the utilization as a share of host RAM minus the process).
     kv_cache_gb: float = field(default=0.0, metadata={"ge": 0.0})
-    # Run the model eagerly, without compilation or CUDA graphs: the compile takes minutes on
-    # a CPU; on a GPU set it false for faster decoding (the paper study files do).
-    enforce_eager: bool = True
-    # Free the engine's memory while the trainer scores and updates, as TRL's colocate mode
-    # does: 1 = offload its weights to host RAM and drop its KV cache, 2 = drop both (the
-    # weights are pushed again anyway), 0 = keep them. A CPU engine ignores it.
-    sleep_level: int = field(default=1, metadata={"ge": 0, "le": 2})
+    # Run the model eagerly, without compilation or CUDA graphs: true on a CPU, where the
+    # compile takes minutes; false on a GPU for faster decoding. auto = false on a GPU, true
+    # on a CPU.
+    enforce_eager: bool | str = field(default="auto", metadata=_choices("auto", True, False))
+    # Free the engine's memory whenever it is not generating (from its creation, through the
+    # warm start, Stage 1, scoring, the update and checkpoint writes), as TRL's colocate mode
+    # and verl do: 2 = drop its weights and KV cache (the weights are pushed again anyway),
+    # 1 = offload its weights to host RAM and drop its KV cache, 0 = keep them. A CPU engine
+    # ignores it.
+    sleep_level: int = field(default=2, metadata={"ge": 0, "le": 2})
 
 
 # The linear layers LoRA adapts by default: attention and MLP projections, as named in
@@ -126,8 +129,9 @@ class ModelConfig:
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     # Compute dtype of the policy's forward passes (and of the vLLM engine's weights). The
     # trainer keeps float32 master weights and optimizer states whatever it says; bfloat16
-    # runs the matmuls under autocast. auto = bfloat16 on CUDA, float32 on a CPU.
-    dtype: str = field(default="float32", metadata=_choices("float32", "bfloat16", "auto"))
+    # runs the matmuls under autocast. auto = bfloat16 on a GPU that supports it, else
+    # float32 (a CPU); the resolved config logs which.
+    dtype: str = field(default="auto", metadata=_choices("float32", "bfloat16", "auto"))
     # auto = CUDA when available, else CPU.
     device: str = field(default="auto", metadata=_choices("auto", "cpu", "cuda"))
     # Generation backend for rollouts, evaluation and the self writer: transformers (the live

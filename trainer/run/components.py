@@ -38,7 +38,13 @@ from trainer.hindsight.writers import (
     library_from,
     load_library,
 )
-from trainer.models.backbones import load_model, load_pretrained, resolve_device, resolve_dtype
+from trainer.models.backbones import (
+    apply_settings,
+    load_model,
+    load_pretrained,
+    resolve_device,
+    resolve_dtype,
+)
 from trainer.models.backends import make_backend
 from trainer.models.folders import model_folder
 from trainer.models.generation import GenerationBackend, request_seed
@@ -55,6 +61,7 @@ from trainer.models.paper_shapes import uses_local_tokenizer
 from trainer.models.precision import frozen_copy
 from trainer.models.vision import VisionCodec, is_vision_model
 from trainer.parallel.group import broadcast_object, is_main
+from trainer.parallel.shard import frozen_shards, is_sharded, unsharded
 from trainer.run.checkpoint import RL_BASE, WRITER, load_module, rl_init_path
 from trainer.run.engines import snapshot_engine_config
 
@@ -183,8 +190,9 @@ def build_components(cfg: RunConfig, init_from: str | None = None) -> Components
     train_tasks = prompt_env.panel(cfg.env.train_split)
     if init_from is not None:
         device = resolve_device(cfg.model.device)
-        model, tokenizer = load_pretrained(init_from, resolve_dtype(cfg.model.dtype, device), device)
-        model.train()
+        dtype = resolve_dtype(cfg.model.dtype, device)
+        model, tokenizer = load_pretrained(init_from, dtype, device)
+        apply_settings(model, cfg.model, dtype)  # as load_model does for a fresh backbone
     else:
         local = uses_local_tokenizer(cfg.model.backbone)
         corpus = tokenizer_corpus(make_env, train_tasks[:TOKENIZER_EPISODES]) if local else None
@@ -212,6 +220,27 @@ def build_components(cfg: RunConfig, init_from: str | None = None) -> Components
     if "privileged" in spec.skills:
         ctx.privileged = PrivilegedContext(make_env)
     return ctx
+
+
+def release_engines(ctx: Components) -> None:
+    """Put the run's engines to sleep (the policy's, and a writer's own where it has one)
+    before a phase that needs the memory: anything that trains, scores or writes a
+    checkpoint.  The next generation wakes them; backends without an engine ignore it."""
+    for backend in {id(b): b for b in (ctx.backend, getattr(ctx.writer, "backend", ctx.backend))}.values():
+        backend.release()
+
+
+@contextlib.contextmanager
+def generating(ctx: Components) -> Iterator[None]:
+    """The context the policy's backend generates in: a backend that samples with the live
+    model (transformers) needs a sharded policy whole (:func:`~trainer.parallel.unsharded`),
+    an engine holds its own copy of the weights and goes back to sleep on exit
+    (:func:`release_engines`: it sleeps through scoring, the update and checkpoint writes)."""
+    with unsharded(ctx.model) if getattr(ctx.backend, "generates_with_model", False) else contextlib.nullcontext():
+        try:
+            yield
+        finally:
+            release_engines(ctx)
 
 
 def frozen_writer(ctx: Components) -> torch.nn.Module | None:
@@ -244,6 +273,7 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
                         dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens,
                         ctx.builder.vision)
     hindsights = writer.write(trajectories, seed=request_seed("library-write", cfg.seed))
+    release_engines(ctx)
     entries = broadcast_object(library_from(trajectories, hindsights))  # data parallel: rank 0's
     if is_main():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -269,7 +299,8 @@ def start_rl(ctx: Components, resume: Path | None = None,
         if resume is None:
             lora_base(ctx)
     elif cfg.algo.kl_coef > 0:
-        ctx.reference = frozen_copy(ctx.model)  # stored in the compute dtype
+        # stored in the compute dtype; sharded from the start when the policy already is
+        ctx.reference = frozen_shards(ctx.model) if is_sharded(ctx.model) else frozen_copy(ctx.model)
         if resume is not None and rl_init_path(cfg.output.dir).exists():  # older runs: rebuilt
             load_module(ctx.reference, rl_init_path(cfg.output.dir))
     if ctx.library is None and ctx.spec.skills and cfg.writer.kind == "static":

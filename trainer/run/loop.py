@@ -43,13 +43,13 @@ from trainer.run.checkpoint import (
     save_module,
     save_replay,
 )
-from trainer.run.components import Components, build_components, frozen_writer, start_rl
+from trainer.run.components import Components, build_components, frozen_writer, generating, start_rl
 from trainer.run.resolve import resolve
 from trainer.run.store import tracking_uri
 from trainer.run.tracking import RunLogger
 from trainer.stages.evaluate import evaluate_panels
 from trainer.stages.phases import PhaseTimer
-from trainer.stages.rl import collect_batch, generating, skill_texts, update
+from trainer.stages.rl import collect_batch, skill_texts, update
 from trainer.stages.skill_sft import skill_sft, writer_validity
 from trainer.stages.step_metrics import step_metrics
 from trainer.stages.warm_start import (

@@ -30,6 +30,7 @@ from trainer.config import (
     unknown_name_error,
 )
 from trainer.models import paper_shapes
+from trainer.models.backbones import resolve_device, resolve_dtype
 from trainer.models.folders import require_model_folder
 
 
@@ -107,7 +108,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
     * ``algo.lr`` <- DEFAULT_LR_TINY for the tiny backbone, DEFAULT_LR otherwise; Stage-1
       ``stages.skill_sft.lr`` <- the resolved ``algo.lr``;
     * ``stages.warm_start.enabled`` <- backbone is tiny; ``stages.skill_sft.enabled`` <- spec
-      ``skill_sft`` (SEED Stage 1).
+      ``skill_sft`` (SEED Stage 1);
+    * ``model.dtype`` / ``model.vllm.enforce_eager`` ``auto`` <- their value on the run's
+      device (:func:`device_defaults`).
 
     A method that pins the writer refresh (spec ``writer_refresh`` not None, e.g. the stale
     analyzer ``seed_stale`` = 0, never) overrides ``writer.refresh_every``, and so does the
@@ -145,6 +148,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
         fills["stages.skill_sft.replay"] = spec.writer_replay
     if (fills.get("writer.kind") or cfg.writer.kind) == "frozen":
         fills["writer.refresh_every"] = 0  # a frozen writer is never refreshed: logged as such
+    fills.update(device_defaults(cfg))
     out = apply_overrides(cfg, fills)  # validates everything, resolve_algo's changes too
     open_keys = [k for k, v in flatten(out).items() if v is None]
     if open_keys:
@@ -158,6 +162,20 @@ def resolve(cfg: RunConfig) -> RunConfig:
     _check_backbone(out)
     _check_teacher(out, spec)
     return out
+
+
+def device_defaults(cfg: RunConfig) -> dict[str, Any]:
+    """What ``auto`` means on the device the run computes on (``model.device``; ``auto`` =
+    this machine's): ``model.dtype`` bfloat16 on a GPU that supports it, else float32, and
+    ``model.vllm.enforce_eager`` false on a GPU (CUDA graphs), true on a CPU.  On a CPU both
+    are the values that were the defaults before ``auto`` was, so a CPU cell keeps its id."""
+    device = resolve_device(cfg.model.device)
+    fills: dict[str, Any] = {}
+    if cfg.model.dtype == "auto":
+        fills["model.dtype"] = str(resolve_dtype("auto", device)).removeprefix("torch.")
+    if cfg.model.vllm.enforce_eager == "auto":
+        fills["model.vllm.enforce_eager"] = device == "cpu"
+    return fills
 
 
 def _check_teacher(cfg: RunConfig, spec) -> None:

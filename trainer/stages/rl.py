@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import random
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -50,6 +49,7 @@ from trainer.episodes.scoring import (
     to_actions,
 )
 from trainer.models.generation import request_seed
+from trainer.models.handover import free_cached_memory
 from trainer.parallel.batches import (
     combine_loss_metrics,
     global_counts,
@@ -59,7 +59,7 @@ from trainer.parallel.batches import (
 )
 from trainer.parallel.group import all_true, rank_parts
 from trainer.parallel.shard import norm_value, unsharded
-from trainer.run.components import Components
+from trainer.run.components import Components, generating
 from trainer.stages.phases import PhaseTimer
 from trainer.stages.skill_sft import replay_backward
 
@@ -188,8 +188,6 @@ def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
         with timer("write"):
             hindsights = ctx.writer.write(trajectories, seed=request_seed("write", cfg.seed, step, *rank_parts())) \
                 if spec.skills else None
-    for backend in {id(b): b for b in (ctx.backend, getattr(ctx.writer, "backend", ctx.backend))}.values():
-        backend.release()  # an engine sleeps through scoring and the update
     logp_ref = None
     with unsharded(ctx.model, ctx.reference):  # sharded models: whole, so ranks need not pair forwards
         with timer("score"):
@@ -215,13 +213,6 @@ def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
     with timer("advantage"):
         batch.advantages, batch.adv_metrics = token_advantages(spec, credit_inputs(batch, step, cfg.seed), cfg.algo)
     return batch
-
-
-def generating(ctx: Components):
-    """The context the policy's backend generates in: a backend that samples with the live
-    model (transformers) needs a sharded policy whole (:func:`~trainer.parallel.unsharded`),
-    an engine holds its own copy of the weights."""
-    return unsharded(ctx.model) if getattr(ctx.backend, "generates_with_model", False) else nullcontext()
 
 
 def _image_tokens(ctx: Components, sequences) -> int:
@@ -270,6 +261,7 @@ def update(ctx: Components, batch: StepBatch, step: int, timer: PhaseTimer) -> t
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
+    free_cached_memory()  # the update's gradients and activations, before the engine wakes
     return {k: v / max(count, 1) for k, v in sums.items()}, finite
 
 

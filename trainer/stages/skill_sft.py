@@ -15,7 +15,7 @@ from trainer.episodes.samples import Trajectory
 from trainer.hindsight.writers import ExternalWriter, OracleWriter
 from trainer.models.generation import request_seed
 from trainer.parallel.group import all_sum, rank, world
-from trainer.run.components import Components, make_writer
+from trainer.run.components import Components, make_writer, release_engines
 from trainer.stages.sft import demo_trajectory, nll_backward, sft, writer_example
 
 
@@ -29,6 +29,7 @@ def skill_sft(ctx: Components, progress=None) -> dict[str, float]:
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
     trajectories, _ = collect(ctx.make_env, batch, ctx.builder, ctx.backend, sampling,
                               seed=request_seed("stage1", cfg.seed))
+    release_engines(ctx)  # asleep while Stage 1 trains
     annotator = ExternalWriter(ctx.prompt_env.domain_description(), cfg.writer) if cfg.writer.endpoint \
         else OracleWriter(ctx.make_env)
     hindsights = annotator.write(trajectories, seed=request_seed("stage1-write", cfg.seed))
@@ -86,6 +87,7 @@ def writer_validity(ctx: Components, size: int = WRITER_PANEL_SIZE) -> dict[str,
     outputs on failed episodes whose error turn is the true first unrecovered error)."""
     trajectories = writer_panel(ctx, size)
     hindsights = make_writer(ctx, "self").write(trajectories, seed=request_seed("writer-panel", ctx.cfg.seed))
+    release_engines(ctx)
     valid = [h.valid and h.boundary_valid for h in hindsights]
     failed = [(t, h) for t, h, ok in zip(trajectories, hindsights, valid) if ok and not t.episode.success]
     agree = sum(h.error_turn == error_turn(t.episode) for t, h in failed)

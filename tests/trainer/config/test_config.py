@@ -65,6 +65,10 @@ EXACT = [
     ({"model": {"gradient_checkpointing": 1}},
      "model.gradient_checkpointing: expected true or false, got 1"),
     ({"model": {"backbone": 7}}, "model.backbone: expected a string, got 7"),
+    ({"model": {"vllm": {"enforce_eager": 1}}},  # 1 == True, but not a bool
+     "model.vllm.enforce_eager: 1 is not one of auto, true, false"),
+    ({"model": {"vllm": {"enforce_eager": "eager"}}},
+     "model.vllm.enforce_eager: 'eager' is not one of auto, true, false"),
     ({"eval": {"splits": "eval_seen"}}, "eval.splits: expected a list of strings, got 'eval_seen'"),
     ({"eval": {"splits": ["a", 1]}}, "eval.splits: expected a list of strings, got ['a', 1]"),
     ({"algo": {"std_mode": "pop"}}, "algo.std_mode: 'pop' is not one of unbiased, population, none"),

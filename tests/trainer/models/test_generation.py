@@ -350,3 +350,22 @@ def test_reloaded_tiny_policy_plays_identical_greedy_episodes(tmp_path):
     again = build_components(cfg, init_from=str(tmp_path))
     again.model.eval()
     assert greedy(again) == before
+
+
+def test_a_reloaded_policy_keeps_every_model_setting(tmp_path):
+    """A resumed checkpoint or a cached warm start (``init_from``) trains with the settings a
+    fresh backbone gets: gradient checkpointing is not saved with the weights."""
+    from trainer.config import apply_overrides
+    from trainer.models.precision import compute_dtype
+    from trainer.run.components import build_components
+    from trainer.run.resolve import load_config, resolve
+
+    cfg = resolve(apply_overrides(load_config(DATA / "train_micro.yaml"),
+                                  {"model.device": "cpu", "model.dtype": "bfloat16",
+                                   "model.gradient_checkpointing": True}))
+    fresh = build_components(cfg).model
+    fresh.save_pretrained(tmp_path)
+    build_components(cfg).tokenizer.save_pretrained(tmp_path)
+    for model in (fresh, build_components(cfg, init_from=str(tmp_path)).model):
+        assert model.model.layers[0].gradient_checkpointing and model.training
+        assert compute_dtype(model) == torch.bfloat16 and next(model.parameters()).dtype == torch.float32

@@ -36,6 +36,24 @@ class MatmulDtypes(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class Float32Bytes(TorchDispatchMode):
+    """Counts the bytes of every float32 tensor an operator allocates (an output whose storage
+    is none of its inputs': views such as ``detach`` allocate nothing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.data_ptr() for t in (*args, *(kwargs or {}).values()) if isinstance(t, torch.Tensor)}
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and not t._is_view() \
+                    and t.data_ptr() not in inputs:
+                self.bytes += t.numel() * t.element_size()
+        return out
+
+
 def sequences(tokenizer, n=2):
     ids = tokenizer.encode("Cards: 3 and 4. Formula: 3*4=12</action>")
     return [TokenSequence(tuple(ids), (0,) * 4 + (1,) * (len(ids) - 4), (-1,) * 4 + (0,) * (len(ids) - 4))] * n
@@ -55,6 +73,25 @@ def test_bf16_compute_keeps_float32_masters_and_runs_matmuls_in_bf16():
     reference = frozen_copy(model)  # never trains: stored in the compute dtype
     assert {p.dtype for p in reference.parameters()} == {torch.bfloat16}
     assert not any(p.requires_grad for p in reference.parameters())
+
+
+def test_a_frozen_copy_never_holds_a_second_float32_model():
+    """The reference is built tensor by tensor in the compute dtype: no float32 byte is
+    allocated while it is copied (a deep copy then a cast clones every float32 master first),
+    its weights equal the policy's cast, tied weights stay tied and the policy is untouched."""
+    model, _ = load_pretrained(str(bundle_path("ezpoints")), torch.bfloat16, "cpu")
+    masters = {k: v.clone() for k, v in model.state_dict().items()}
+    with Float32Bytes() as probe:
+        reference = frozen_copy(model)
+    assert probe.bytes == 0
+    weights = reference.state_dict()
+    assert all(torch.equal(weights[k], v.to(torch.bfloat16) if v.is_floating_point() else v)
+               for k, v in masters.items())
+    assert reference.lm_head.weight is reference.model.embed_tokens.weight  # tied, as the policy's
+    assert compute_dtype(reference) == torch.bfloat16 and not reference.training
+    with torch.no_grad():
+        next(reference.parameters()).add_(1.0)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in masters.items())  # nothing shared
 
 
 def test_float32_compute_runs_no_autocast():

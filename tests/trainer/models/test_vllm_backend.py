@@ -2,7 +2,8 @@
 ``make test`` builds): the engine follows the policy through every update, so the gap
 between the log-probs it samples with and the trainer's stays at float32 rounding; with the
 weight push disabled the same run shows the gap growing (the metric can fail).  The engine
-sleeps through scoring and the update and wakes before the next call."""
+sleeps from its creation and through scoring and the update and wakes before the next call
+(the hand-over's order on a GPU: test_engine_handover.py)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,9 @@ def test_the_engine_follows_the_policy_through_every_update(tmp_path, monkeypatc
     history = run(tmp_path, f"rollout.temperature={temperature}")
     assert len(history["rollout/logprob_diff_max"]) == STEPS
     assert max(history["rollout/logprob_diff_max"]) < 1e-3, history
-    assert len(sleeps) == STEPS and sum(wakes) == STEPS  # asleep after each write, woken by the next call
+    # built asleep, asleep again after each step's rollout and each evaluation (steps 0 and 3),
+    # each time woken by the next call
+    assert len(sleeps) == 1 + STEPS + 2 and sum(wakes) == STEPS + 2
 
 
 def test_without_the_weight_push_the_gap_grows(tmp_path, monkeypatch):

@@ -308,7 +308,56 @@ def job_heads(out: str, args: dict) -> None:
     _write(out, "heads", result)
 
 
-JOBS = {"update": job_update, "train": job_train, "generate": job_generate, "heads": job_heads}
+def job_reference(out: str, args: dict) -> None:
+    """The reference of a sharded bfloat16-compute policy, built sharded
+    (:func:`~trainer.parallel.shard.frozen_shards`): the float32 bytes allocated while it is
+    built, whether each local shard is the policy's cast, and its log-probs against the
+    one-process reference (:func:`~trainer.models.precision.frozen_copy`)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from trainer.models.backbones import load_pretrained
+    from trainer.models.precision import frozen_copy
+    from trainer.parallel.shard import frozen_shards, is_sharded, shard, unsharded
+    from trainer.stages.warm_start import bundle_path
+
+    class Float32Bytes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.bytes = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            inputs = {t.data_ptr() for t in (*args, *(kwargs or {}).values())
+                      if isinstance(t, torch.Tensor) and t.device.type != "meta"}
+            for t in result if isinstance(result, (tuple, list)) else (result,):
+                if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.device.type != "meta" \
+                        and not t._is_view() and t.data_ptr() not in inputs:
+                    self.bytes += t.numel() * t.element_size()
+            return result
+
+    model, _ = load_pretrained(str(bundle_path("ezpoints")), torch.bfloat16, "cpu")
+    ids = torch.arange(5, 25)[None]
+    with torch.no_grad():
+        expected = frozen_copy(model)(ids).logits.float()
+    _init()
+    shard(model)
+    with Float32Bytes() as probe:
+        reference = frozen_shards(model)
+    policy = dict(model.named_parameters())
+    same = all(torch.equal(p.to_local(), policy[n].to_local().to(torch.bfloat16))
+               for n, p in reference.named_parameters())
+    with torch.no_grad(), unsharded(reference):
+        got = reference(ids).logits.float()
+    _write(out, "reference", {
+        "float32_bytes": probe.bytes, "sharded": is_sharded(reference), "shards_equal": same,
+        "dtypes": sorted({str(p.dtype) for p in reference.parameters()}),
+        "trains": reference.training or any(p.requires_grad for p in reference.parameters()),
+        "logits_max_diff": float((got - expected).abs().max())})
+
+
+JOBS = {"update": job_update, "train": job_train, "generate": job_generate, "heads": job_heads,
+        "reference": job_reference}
 
 
 if __name__ == "__main__":

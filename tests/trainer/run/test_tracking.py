@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from trainer.config import RunConfig, apply_overrides, flatten, to_dict
@@ -80,6 +81,27 @@ def test_a_field_added_later_keeps_the_ids_of_cells_at_its_default(tmp_path):
     assert cell_id(cfg) == hashlib.sha256(before.encode()).hexdigest()[:12]
     assert cell_id(cfg) != cell_id(_cfg(tmp_path, **{"writer.constrained": True}))
     assert cell_id(cfg) != cell_id(_cfg(tmp_path, **{"model.lora.rank": 4}))
+
+
+def test_auto_dtype_keeps_the_ids_of_cpu_cells_and_is_bfloat16_on_a_gpu(tmp_path, monkeypatch):
+    """model.dtype and model.vllm.enforce_eager default to auto, resolved on the run's device:
+    on a CPU to the old defaults (float32, eager), so a CPU cell's id is the one it had when
+    float32 was the default; on a GPU to bfloat16 and CUDA graphs, a cell of its own."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = _cfg(tmp_path)
+    assert (cfg.model.dtype, cfg.model.vllm.enforce_eager) == ("auto", "auto")
+    assert (resolve(cfg).model.dtype, resolve(cfg).model.vllm.enforce_eager) == ("float32", True)
+    assert cell_id(cfg) == cell_id(_cfg(tmp_path, **{"model.dtype": "float32"}))
+    assert cell_id(cfg) == "8e2c8b60d061"  # this config's id when float32 was the default
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert (resolve(cfg).model.dtype, resolve(cfg).model.vllm.enforce_eager) == ("bfloat16", False)
+    assert cell_id(cfg) == cell_id(_cfg(tmp_path, **{"model.dtype": "bfloat16"})) != \
+        cell_id(_cfg(tmp_path, **{"model.dtype": "float32"}))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)  # a GPU without bfloat16
+    assert resolve(cfg).model.dtype == "float32"
+    cpu = _cfg(tmp_path, **{"model.device": "cpu"})  # a named device: the same on every machine
+    assert (resolve(cpu).model.dtype, resolve(cpu).model.vllm.enforce_eager) == ("float32", True)
 
 
 def test_start_logs_tags_params_and_config(tmp_path, store):
