@@ -8,6 +8,7 @@ import contextlib
 import os
 import random
 import tempfile
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,6 +117,7 @@ class VLLMBackend(GenerationBackend):
         sleeps = current_platform.is_sleep_mode_available()
         self.sleep_level = settings.sleep_level if sleeps else min(settings.sleep_level, 1)
         if settings.sleep_level and sleeps:
+            refuse_second_sleeper()
             extra["enable_sleep_mode"] = True
         if active():
             # one engine per data-parallel rank, tensor parallel 1, inside the launcher's
@@ -135,6 +137,8 @@ class VLLMBackend(GenerationBackend):
                 logprobs_mode="processed_logprobs",
                 **extra,
             )
+        if extra.get("enable_sleep_mode"):
+            _SLEEPERS.add(self)
         self.release()  # asleep until its first call (TRL sleeps it right after building it)
 
     def generate(
@@ -227,6 +231,21 @@ class VLLMBackend(GenerationBackend):
         self.llm.reset_prefix_cache()
         self._synced = weights_version(self.model)
         self.pushes += 1
+
+
+# The live engines of this process built with sleep mode: at most one (refuse_second_sleeper).
+_SLEEPERS: weakref.WeakSet[VLLMBackend] = weakref.WeakSet()
+
+
+def refuse_second_sleeper() -> None:
+    """vLLM's sleep mode keeps an engine's memory in one pool a process (a singleton
+    allocator): a second engine with sleep mode would have its memory unmapped by the first
+    one's ``sleep()``.  Raises when this process already has a live sleeping engine
+    (:mod:`trainer.run.engines` builds a writer snapshot's engine without sleep)."""
+    if len(_SLEEPERS):
+        raise RuntimeError("a second vLLM engine with sleep mode in one process: vLLM's sleep memory pool is one "
+                           "a process; build it with model.vllm.sleep_level: 0 (trainer.run.engines does so for "
+                           "a writer snapshot)")
 
 
 CPU_KV_CACHE_GB = 1.0  # a CPU engine's KV cache when model.vllm.kv_cache_gb is 0

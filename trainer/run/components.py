@@ -8,6 +8,7 @@ frozen reference, rollout backend, sample builder, writer, optimizer.  The phase
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import random
@@ -143,6 +144,16 @@ def make_writer(ctx: Components, kind: str) -> Writer:
     return builders[kind]()
 
 
+def policy_writer(ctx: Components) -> SelfWriter:
+    """The policy as it is now writing with the run's analyzer settings, on the policy's own
+    engine: the writer panel and a self-written library measure the policy itself, so even a
+    stale or frozen writer's run builds no snapshot (nor a second engine) for them."""
+    cfg = ctx.cfg
+    return SelfWriter(ctx.model, ctx.tokenizer, writer_backends(ctx, ctx.tokenizer, ctx.builder.vision),
+                      ctx.prompt_env.domain_description(), dataclasses.replace(cfg.writer, refresh_every=1),
+                      cfg.model.max_prompt_tokens, ctx.builder.vision)
+
+
 def writer_backends(ctx: Components, tokenizer, vision) -> Callable:
     """A writer's backend factory (model -> backend): the policy's own backend for the
     policy itself (one engine a trial: SEED's self writer, the writer panel, a self-written
@@ -255,8 +266,6 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
     its own writer writes their skills, once; valid ones become the library.  Saved as
     ``output.dir/library.json`` and, on resume, read back instead of rewritten.  Metrics
     ``library/size`` and ``library/valid_rate`` land on the writer's ``metrics``."""
-    import dataclasses
-
     cfg = ctx.cfg
     path = Path(cfg.output.dir) / SELF_LIBRARY
     if resume is not None and path.exists():
@@ -267,12 +276,7 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
     trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling,
                               seed=request_seed("library", cfg.seed))
-    writer = SelfWriter(ctx.model, ctx.tokenizer,
-                        writer_backends(ctx, ctx.tokenizer, ctx.builder.vision),
-                        ctx.prompt_env.domain_description(),
-                        dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens,
-                        ctx.builder.vision)
-    hindsights = writer.write(trajectories, seed=request_seed("library-write", cfg.seed))
+    hindsights = policy_writer(ctx).write(trajectories, seed=request_seed("library-write", cfg.seed))
     release_engines(ctx)
     entries = broadcast_object(library_from(trajectories, hindsights))  # data parallel: rank 0's
     if is_main():

@@ -15,7 +15,7 @@ from trainer.episodes.samples import Trajectory
 from trainer.hindsight.writers import ExternalWriter, OracleWriter
 from trainer.models.generation import request_seed
 from trainer.parallel.group import all_sum, rank, world
-from trainer.run.components import Components, make_writer, release_engines
+from trainer.run.components import Components, policy_writer, release_engines
 from trainer.stages.sft import demo_trajectory, nll_backward, sft, writer_example
 
 
@@ -86,7 +86,7 @@ def writer_validity(ctx: Components, size: int = WRITER_PANEL_SIZE) -> dict[str,
     ``writer/invalid_rate`` (its complement) and ``writer/panel_boundary_agreement`` (valid
     outputs on failed episodes whose error turn is the true first unrecovered error)."""
     trajectories = writer_panel(ctx, size)
-    hindsights = make_writer(ctx, "self").write(trajectories, seed=request_seed("writer-panel", ctx.cfg.seed))
+    hindsights = policy_writer(ctx).write(trajectories, seed=request_seed("writer-panel", ctx.cfg.seed))
     release_engines(ctx)
     valid = [h.valid and h.boundary_valid for h in hindsights]
     failed = [(t, h) for t, h, ok in zip(trajectories, hindsights, valid) if ok and not t.episode.success]

@@ -172,3 +172,31 @@ def test_a_seed_run_hands_memory_over_at_every_phase(fake_vllm, tmp_path, monkey
     first = kinds.index("generate")  # Stage 1's rollouts, after the warm start trained
     assert "step" in kinds[:first] and "step" in kinds[first:]  # Stage 1 trains after it played
     assert kinds.count("step") > 2 and kinds.count("checkpoint") == 2  # ... and the 2 RL updates
+
+
+def test_a_second_sleeping_engine_in_one_process_is_refused(fake_vllm, tiny):
+    first = backend(tiny)  # sleep mode on (level 2 on a GPU)
+    with pytest.raises(RuntimeError, match="model.vllm.sleep_level: 0"):
+        backend(tiny, sleep_level=1)
+    awake = backend(tiny, sleep_level=0)  # a writer snapshot's engine: no sleep mode, allowed
+    assert "enable_sleep_mode" not in awake.llm.kwargs and first.llm.kwargs["enable_sleep_mode"]
+    del first
+    import gc
+
+    gc.collect()
+    assert backend(tiny, sleep_level=1).llm.kwargs["enable_sleep_mode"]  # the first one is gone
+
+
+def test_a_stale_writer_run_keeps_one_sleeping_engine(fake_vllm, tmp_path):
+    """seed_stale on vLLM: the policy's engine sleeps, the writer snapshot's engine is built
+    without sleep mode and stays awake, and the run trains through both."""
+    from trainer.run.loop import train
+
+    cfg = load_config(MICRO, [f"output.dir={tmp_path / 'out'}", f"tracking.uri=sqlite:///{tmp_path / 'db'}",
+                              "algo.method=seed_stale", "model.backend=vllm", "model.device=cpu",
+                              "stages.rl.steps=1"])
+    train(cfg, progress=False)
+    engines = [llm for kind, llm in fake_vllm if kind == "build"]
+    assert len(engines) == 2
+    assert [bool(llm.kwargs.get("enable_sleep_mode")) for llm in engines] == [True, False]
+    assert not engines[1].asleep
