@@ -116,6 +116,14 @@ def test_the_pages_hold_commands_and_the_readme_opens_with_demo_and_test():
     assert len(readme.splitlines()) <= 200
 
 
+def test_the_readme_limitations_are_at_most_eight_lines_each_linking_its_evidence():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Known limitations\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.strip().splitlines() if line.strip()]
+    assert 1 <= len(lines) <= 8 and all(line.startswith("- ") for line in lines), lines
+    assert all(LINK.search(line) for line in lines), [line for line in lines if not LINK.search(line)]
+
+
 def test_the_checks_catch_a_bad_command_and_a_missing_file(tmp_path, capsys):
     page = tmp_path / "page.md"
     (tmp_path / "there.md").write_text("# A heading: `here`\n")
