@@ -14,7 +14,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: test test-vllm test-slow test-services services-deps demo bench warm-start gpu-bundle browser-deps clean-venv
+.PHONY: test test-vllm test-slow test-services services-deps demo demo-figure bench warm-start gpu-bundle browser-deps clean-venv
 GPU_BUNDLE ?= .gpu-bundle
 
 $(VENV)/.installed: pyproject.toml
@@ -85,6 +85,14 @@ gpu-bundle: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/hindsight sweep examples/quickstart.yaml
 	$(VENV)/bin/hindsight report examples/quickstart.yaml
+
+# The README's figure: the demo report's evaluation curves, copied after `make demo` (commit it
+# with its caption's numbers from runs/quickstart/report/index.md; docs/results/quickstart.md).
+DEMO_FIGURE := runs/quickstart/report/figures/evaluation_curves.png
+demo-figure:
+	@test -f $(DEMO_FIGURE) || { echo "no $(DEMO_FIGURE): run make demo first"; exit 1; }
+	mkdir -p docs/images
+	cp $(DEMO_FIGURE) docs/images/demo.png
 
 # Rebuild the bundled warm starts (behaviour cloning, then an evaluation on the panels):
 # household's CPU level (about 40 minutes on 2 cores) and EZPoints, the quickstart's (about

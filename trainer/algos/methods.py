@@ -247,7 +247,7 @@ _TABLE = [
     ),
     # Not SDAR (Lu et al. 2026a): SDAR's gate also depends on the student's uncertainty, a
     # term neither paper this tool follows defines, so SDAR is not reproduced here and its
-    # numbers enter tables only as reported rows (REMOVED_METHODS, README).
+    # numbers enter tables only as reported rows (REMOVED_METHODS, docs/papers.md).
     _seed(
         "gated_static",
         "GRPO + SEED's gated distillation from a static oracle skill, no Stage 1 (the gate "
