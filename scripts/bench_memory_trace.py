@@ -70,7 +70,8 @@ def main() -> int:
                 print(f"{shape:<20} {ranks:>5} {phase:<7} {traced / GIB:>10.2f} {planned / GIB:>11.2f} "
                       f"{untraced / GIB:>8.2f} {ratio:>6.2f} {trace.seconds:>7.1f}", flush=True)
                 details.append(_parts(f"{shape} x{ranks} {phase}", getattr(trace, phase)))
-            details.append(_parts(f"{shape} x{ranks} update before the optimizer step", trace.backward))
+            details.append(_parts(f"{shape} x{ranks} update's forward and backward", trace.backward))
+            details.append(_parts(f"{shape} x{ranks} update's clipping and AdamW step", trace.step))
             details.append(f"{shape} x{ranks} plan:\n" + "\n".join(
                 f"    {p.name}: {p.bytes / GIB:.2f} ({p.when})" for p in plan.parts
                 if p.when in ("always", "update", "score")))

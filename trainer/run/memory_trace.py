@@ -74,12 +74,16 @@ class PhaseTrace:
 class MemoryTrace:
     """The traced peaks of a run's update and score phases on one of its ``workers`` ranks."""
 
-    update: PhaseTrace
+    backward: PhaseTrace  # the update's forward and backward passes
+    step: PhaseTrace  # the update's gradient clipping and optimizer step
     score: PhaseTrace
-    backward: PhaseTrace  # the update's peak before the optimizer step (forward and backward passes)
     workers: int
     params: int
     seconds: float
+
+    @property
+    def update(self) -> PhaseTrace:
+        return max(self.backward, self.step, key=lambda p: p.peak)
 
     def phase(self, when: str) -> int:
         if when not in PHASES:
@@ -191,32 +195,47 @@ def trace_memory(cfg: RunConfig, workers: int | None = None) -> MemoryTrace:
         with fake:
             optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay,
                                           foreach=True)
-            for p in model.parameters():  # the moments exist from the second step on
-                p.grad = torch.zeros_like(p)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            _warm_up(cfg, model, optimizer)
             ids = torch.randint(0, config.get_text_config().vocab_size, (sequences, length))  # [n, L]
-            update, backward = _trace_update(cfg, model, optimizer, reference, ids, scored, workers)
+            backward, step = _trace_update(cfg, model, optimizer, reference, ids, scored, workers)
             score = _trace_score(model, optimizer, reference, ids, scored, workers)
-    return MemoryTrace(update, score, backward, workers, params, time.perf_counter() - start)
+    return MemoryTrace(backward, step, score, workers, params, time.perf_counter() - start)
+
+
+def _warm_up(cfg: RunConfig, model, optimizer) -> None:
+    """A step on zero gradients before the trace: AdamW's moments exist from a run's second step on, and a
+    sharded model's DTensor operations (the gradient norm, AdamW's foreach updates) have their sharding
+    propagation cached.  Uncached, DTensor derives an operation's output shapes by running it on fake tensors
+    of the *global* shapes under the active fake mode, which is the trace's own, so the tracker would count
+    every gradient whole (4P on each rank) for an instant no GPU ever sees."""
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    _step(cfg, model, optimizer)
+
+
+def _step(cfg: RunConfig, model, optimizer) -> None:
+    """What :func:`trainer.stages.rl._minibatch` does after the backward passes."""
+    if cfg.algo.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.algo.grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def _trace_update(cfg, model, optimizer, reference, ids, scored: int, workers: int) -> tuple[PhaseTrace, PhaseTrace]:
-    """The update's peak, and its peak before the optimizer step."""
+    """The peaks of the update's forward and backward passes, and of its step (each its own tracker, which
+    starts from what is resident: the gradients, for the step)."""
     gc.collect()
-    step = _Scoring(model, scored, entropy=False)
     tracker, untracked = _tracker(model, optimizer, reference, ids, workers)
     with tracker:
         with autocast(model):
-            (logp,) = step(ids)
+            (logp,) = _Scoring(model, scored, entropy=False)(ids)
         (-logp.mean()).backward()
         del logp
-        backward = _peak(tracker, untracked)
-        if cfg.algo.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.algo.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return _peak(tracker, untracked), backward
+    backward = _peak(tracker, untracked)
+    tracker, untracked = _tracker(model, optimizer, reference, ids, workers)
+    with tracker:
+        _step(cfg, model, optimizer)
+    return backward, _peak(tracker, untracked)
 
 
 def _trace_score(model, optimizer, reference, ids, scored: int, workers: int) -> PhaseTrace:

@@ -38,16 +38,23 @@ def traces():
 
 
 @pytest.mark.slow
-def test_one_rank_holds_the_whole_state_through_the_update(traces):
-    """At AdamW's step: the float32 masters (4P) and gradients (4P), both moments (8P), the bf16 reference
-    (2P) and foreach AdamW's float32 temporary (4P, its sqrt of the second moment): 22P, all traced."""
+def test_one_rank_holds_the_whole_state_at_the_step(traces):
+    """At AdamW's step: the float32 masters (4P) and gradients (4P), both moments (8P), foreach AdamW's
+    float32 temporary (4P, its sqrt of the second moment) and the bf16 reference (2P): 22P."""
     trace = traces[1]
     p = trace.params
     assert p == 4_002_048  # 4096 x 256 tied embeddings, 4 layers of 737,536, the final norm
-    assert trace.update.peak >= 22 * p
-    assert trace.update.parts["Optstate"] >= 8 * p
-    assert trace.backward.peak <= trace.update.peak  # the backward's peak is one of the update's moments
+    assert trace.step.peak == pytest.approx(22 * p, rel=0.001)
+    assert trace.update.peak == max(trace.step.peak, trace.backward.peak)
     assert trace.score.parts.get("Gradient", 0) == 0  # freed after the step, before the next scoring
+
+
+@pytest.mark.slow
+def test_a_rank_steps_on_its_shards_only(traces):
+    """On 2 ranks the step holds half of each: 11P.  (Without the warm-up step, DTensor's first gradient norm
+    derives its output shapes on whole-size fake gradients that the tracker would count: 15P.)"""
+    trace = traces[2]
+    assert trace.step.peak == pytest.approx(22 * trace.params / 2, rel=0.01)
 
 
 @pytest.mark.slow
