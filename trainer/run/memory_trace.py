@@ -175,6 +175,9 @@ def trace_memory(cfg: RunConfig, workers: int | None = None) -> MemoryTrace:
     device = "cpu" if cfg.model.device == "cpu" else "cuda"  # the device the run's settings are for
     dtype = resolve_dtype(cfg.model.dtype, device)
     config = backbone_config(cfg.model)
+    if getattr(config, "vision_config", None) is not None:
+        raise ValueError(f"model.backbone: {cfg.model.backbone!r} has a vision tower; the memory trace builds "
+                         "text decoders only")
     sequences, length, scored = micro_batch(cfg)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     with _process_group(workers):
