@@ -51,10 +51,11 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in layers if id(m) not in inside]
 
 
-def _policy(model: torch.nn.Module) -> MixedPrecisionPolicy:
+def _policy(model: torch.nn.Module, device_type: str | None = None) -> MixedPrecisionPolicy:
     param = next(model.parameters())
     dtype = compute_dtype(model)
-    if param.device.type == "cuda" and dtype.is_floating_point and dtype.itemsize < param.dtype.itemsize:
+    lower = dtype.is_floating_point and dtype.itemsize < param.dtype.itemsize
+    if (device_type or param.device.type) == "cuda" and lower:
         return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     return MixedPrecisionPolicy()
 
@@ -63,12 +64,16 @@ def is_sharded(model: torch.nn.Module | None) -> bool:
     return bool(_fsdp_modules(model))
 
 
-def shard(model: torch.nn.Module, device_type: str | None = None) -> torch.nn.Module:
+def shard(model: torch.nn.Module, device_type: str | None = None,
+          precision_device: str | None = None) -> torch.nn.Module:
     """Shard ``model`` in place over all ranks (every decoder layer, then the root); returns it.
     ``device_type``: the mesh's (default: where ``model``'s parameters are; a model built on
-    the meta device names the device its shards will live on)."""
-    mesh = init_device_mesh(device_type or next(model.parameters()).device.type, (world(),))
-    policy = _policy(model)
+    the meta device names the device its shards will live on); ``precision_device``: the
+    device whose precision policy applies, by default the mesh's
+    (:mod:`trainer.run.memory_trace` shards fake CPU tensors as a GPU run shards its own)."""
+    device_type = device_type or next(model.parameters()).device.type
+    mesh = init_device_mesh(device_type, (world(),))
+    policy = _policy(model, precision_device or device_type)
     object.__setattr__(model, KEYS, tuple(model.state_dict()))
     object.__setattr__(model, UNIQUE, frozenset(n for n, _ in [*model.named_parameters(), *model.named_buffers()]))
     for layer in decoder_layers(model):
