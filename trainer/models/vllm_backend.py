@@ -5,6 +5,7 @@ build): the engine follows every in-place change of the weights, one request see
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import random
 import tempfile
@@ -242,7 +243,9 @@ def refuse_second_sleeper() -> None:
     allocator): a second engine with sleep mode would have its memory unmapped by the first
     one's ``sleep()``.  Raises when this process already has a live sleeping engine
     (:mod:`trainer.run.engines` builds a writer snapshot's engine without sleep)."""
-    if len(_SLEEPERS):
+    if _SLEEPERS:
+        gc.collect()  # an engine no longer reachable (a finished run's, in a cycle) is not a second one
+    if _SLEEPERS:
         raise RuntimeError("a second vLLM engine with sleep mode in one process: vLLM's sleep memory pool is one "
                            "a process; build it with model.vllm.sleep_level: 0 (trainer.run.engines does so for "
                            "a writer snapshot)")

@@ -251,12 +251,19 @@ def test_the_vllm_backend_gets_the_images_their_budget_and_no_vision_tokens(part
         def __init__(self, **kwargs):
             calls["engine"] = kwargs
 
+        def sleep(self, level):  # the engine sleeps from its creation until its first call
+            calls["sleep"] = level
+
+        def wake_up(self, tags=None):
+            pass
+
         def generate(self, requests, sampling_params, use_tqdm):
             calls["requests"], calls["params"] = requests, sampling_params
             done = types.SimpleNamespace(token_ids=[5], finish_reason="stop", logprobs=None)
             return [types.SimpleNamespace(outputs=[done]) for _ in requests]
 
     fake = types.ModuleType("vllm")
+    fake.__version__ = "0.32.0"
     fake.LLM, fake.SamplingParams = LLM, lambda **kw: kw
     inputs = types.ModuleType("vllm.inputs")
     inputs.TokensPrompt = lambda **kw: kw
@@ -267,7 +274,9 @@ def test_the_vllm_backend_gets_the_images_their_budget_and_no_vision_tokens(part
     monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     weight = torch.zeros(1, device="meta")  # a GPU model's stand-in: no weights, not on a CPU
     model = types.SimpleNamespace(parameters=lambda: iter([weight]))
-    backend = VLLMBackend(model, tokenizer, VLLMConfig(), max_model_len=4096, source="Qwen/Qwen2.5-VL-3B-Instruct",
+    # level 1: the weights stay in the engine through its sleep, so the first call pushes nothing
+    backend = VLLMBackend(model, tokenizer, VLLMConfig(sleep_level=1), max_model_len=4096,
+                          source="Qwen/Qwen2.5-VL-3B-Instruct",
                           vision=codec, images_per_prompt=16)
     backend._synced = weights_version(model)  # the engine holds these weights: nothing to push
     assert calls["engine"]["limit_mm_per_prompt"] == {"image": 16}
@@ -298,9 +307,10 @@ def test_writer_backends_take_the_writers_two_images(monkeypatch):
     seen = {}
     monkeypatch.setattr(context, "make_backend", lambda *args, **kw: seen.update(args=args, kw=kw))
     monkeypatch.setattr(context, "engine_length", lambda cfg: 4096)
-    ctx = types.SimpleNamespace(cfg=types.SimpleNamespace(model="model-cfg"), model="policy", backend="shared")
+    model_cfg = types.SimpleNamespace(backend="transformers")
+    ctx = types.SimpleNamespace(cfg=types.SimpleNamespace(model=model_cfg), model="policy", backend="shared")
     assert context.writer_backends(ctx, "tok", "codec")("policy") == "shared"  # the policy's own engine
     context.writer_backends(ctx, "tok", "codec")("snapshot")
-    assert seen == {"args": ("model-cfg", "snapshot", "tok", "codec"),
+    assert seen == {"args": (model_cfg, "snapshot", "tok", "codec"),
                     "kw": {"images_per_prompt": WRITER_IMAGES, "max_model_len": 4096}}
     assert WRITER_IMAGES == 2
