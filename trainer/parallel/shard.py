@@ -32,7 +32,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from trainer.models.precision import compute_dtype
+from trainer.models.precision import compute_dtype, set_compute_dtype
 from trainer.parallel.group import active, world
 
 HEAD_ALIAS = "hindsight_head"  # the LM head's second name, inside the decoder (the root group)
@@ -63,9 +63,11 @@ def is_sharded(model: torch.nn.Module | None) -> bool:
     return bool(_fsdp_modules(model))
 
 
-def shard(model: torch.nn.Module) -> torch.nn.Module:
-    """Shard ``model`` in place over all ranks (every decoder layer, then the root); returns it."""
-    mesh = init_device_mesh(next(model.parameters()).device.type, (world(),))
+def shard(model: torch.nn.Module, device_type: str | None = None) -> torch.nn.Module:
+    """Shard ``model`` in place over all ranks (every decoder layer, then the root); returns it.
+    ``device_type``: where the shards will live, for a model still on the meta device
+    (default: its parameters' device)."""
+    mesh = init_device_mesh(device_type or next(model.parameters()).device.type, (world(),))
     policy = _policy(model)
     object.__setattr__(model, KEYS, tuple(model.state_dict()))
     object.__setattr__(model, UNIQUE, frozenset(n for n, _ in [*model.named_parameters(), *model.named_buffers()]))
@@ -78,6 +80,31 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
         module.set_gradient_divide_factor(1.0)  # each rank's loss is its share: sum, not mean
         module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
     return model
+
+
+def frozen_shards(model: torch.nn.Module) -> torch.nn.Module:
+    """A frozen copy of the sharded ``model`` (the KL reference after Stage 1), sharded the
+    same way and stored in its compute dtype, without a full tensor ever existing: the copy
+    is built on the meta device, sharded over the same ranks (so each rank's shard of a
+    parameter covers the same rows as ``model``'s), given storage for its shards alone, and
+    each shard copied from this rank's shard of ``model``; buffers (not sharded: rotary
+    frequencies) copied whole.  No communication."""
+    dtype = compute_dtype(model)
+    device = next(model.parameters()).device
+    with torch.device("meta"):
+        clone = type(model)(model.config)
+    clone.to(dtype).eval().requires_grad_(False)
+    set_compute_dtype(clone, dtype)
+    shard(clone, device.type)
+    clone.to_empty(device=device)
+    source = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    with torch.no_grad():
+        for name, param in clone.named_parameters():
+            param.to_local().copy_(source[name].to_local())
+        for name, buffer in clone.named_buffers():
+            buffer.copy_(buffers[name])
+    return clone
 
 
 def broadcast_module(model: torch.nn.Module) -> None:

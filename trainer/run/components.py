@@ -11,6 +11,7 @@ import functools
 import json
 import random
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from trainer.models.paper_shapes import uses_local_tokenizer
 from trainer.models.precision import frozen_copy
 from trainer.models.vision import VisionCodec, is_vision_model
 from trainer.parallel.group import broadcast_object, is_main
+from trainer.parallel.shard import frozen_shards, is_sharded, unsharded
 from trainer.run.checkpoint import WRITER, load_module, rl_init_path
 
 LIBRARY_TASKS = 24  # train tasks the built-in static skill library is written from
@@ -73,6 +75,13 @@ class Components:
 
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+
+def generating(ctx: Components):
+    """The context the policy's backend generates in: a backend that samples with the live
+    model (transformers) needs a sharded policy whole (:func:`~trainer.parallel.shard.unsharded`),
+    an engine holds its own copy of the weights."""
+    return unsharded(ctx.model) if getattr(ctx.backend, "generates_with_model", False) else nullcontext()
 
 
 def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
@@ -213,14 +222,15 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
         return library
     tasks = ctx.train_tasks[-LIBRARY_TASKS:]
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
-    trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling,
-                              seed=request_seed("library", cfg.seed))
     writer = SelfWriter(ctx.model, ctx.tokenizer,
                         writer_backends(ctx, ctx.tokenizer, ctx.builder.vision),
                         ctx.prompt_env.domain_description(),
                         dataclasses.replace(cfg.writer, refresh_every=1), cfg.model.max_prompt_tokens,
                         ctx.builder.vision)
-    hindsights = writer.write(trajectories, seed=request_seed("library-write", cfg.seed))
+    with generating(ctx):
+        trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling,
+                                  seed=request_seed("library", cfg.seed))
+        hindsights = writer.write(trajectories, seed=request_seed("library-write", cfg.seed))
     entries = broadcast_object(library_from(trajectories, hindsights))  # data parallel: rank 0's
     if is_main():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,19 +241,19 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
     return library
 
 
-def start_rl(ctx: Components, resume: Path | None = None,
-             shard: Callable[[Components], None] | None = None) -> None:
+def start_rl(ctx: Components, resume: Path | None = None) -> None:
     """Freeze the reference policy, build the writer and the optimizer (after the SFT
     stages, so that the reference and the self writer start from the RL initialisation).
 
     ``resume``: the checkpoint folder a resumed run continues from; the reference is then
     restored from the run's saved RL initialisation (:func:`trainer.checkpoint.rl_init_path`)
     and a frozen writer snapshot from the checkpoint, bit for bit, instead of being rebuilt
-    from the resumed policy.  ``shard`` (data-parallel ranks, :func:`trainer.parallel.shard_policy`)
-    shards the policy and the reference in place before AdamW is built on the shards."""
+    from the resumed policy.  Data parallel: the policy is already sharded
+    (:func:`trainer.parallel.run.shard_policy`, before the SFT stages); the reference is
+    sharded the same way and AdamW is built on the policy's shards."""
     cfg = ctx.cfg
-    if cfg.algo.kl_coef > 0:
-        ctx.reference = frozen_copy(ctx.model)  # stored in the compute dtype
+    if cfg.algo.kl_coef > 0:  # stored in the compute dtype
+        ctx.reference = frozen_shards(ctx.model) if is_sharded(ctx.model) else frozen_copy(ctx.model)
         if resume is not None and rl_init_path(cfg.output.dir).exists():  # older runs: rebuilt
             load_module(ctx.reference, rl_init_path(cfg.output.dir))
     if ctx.library is None and ctx.spec.skills and cfg.writer.kind == "static":
@@ -251,7 +261,5 @@ def start_rl(ctx: Components, resume: Path | None = None,
     ctx.writer = make_writer(ctx, cfg.writer.kind if ctx.spec.skills else "none")
     if resume is not None and frozen_writer(ctx) is not None and (Path(resume) / WRITER).exists():
         ctx.writer.restore(Path(resume) / WRITER)
-    if shard is not None:
-        shard(ctx)
     ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=cfg.algo.lr,
                                       weight_decay=cfg.algo.weight_decay)

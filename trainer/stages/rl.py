@@ -25,7 +25,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -61,7 +61,7 @@ from trainer.parallel.batches import (
 )
 from trainer.parallel.group import all_true, rank_parts
 from trainer.parallel.shard import norm_value, unsharded
-from trainer.run.components import Components
+from trainer.run.components import Components, generating
 from trainer.stages.skill_sft import replay_backward
 
 
@@ -256,13 +256,6 @@ def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
     with timer("advantage"):
         batch.advantages, batch.adv_metrics = token_advantages(spec, credit_inputs(batch, step, cfg.seed), cfg.algo)
     return batch
-
-
-def generating(ctx: Components):
-    """The context the policy's backend generates in: a backend that samples with the live
-    model (transformers) needs a sharded policy whole (:func:`~trainer.parallel.unsharded`),
-    an engine holds its own copy of the weights."""
-    return unsharded(ctx.model) if getattr(ctx.backend, "generates_with_model", False) else nullcontext()
 
 
 def _image_tokens(ctx: Components, sequences) -> int:

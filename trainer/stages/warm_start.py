@@ -18,6 +18,8 @@ import envs
 from envs.base import Episode, Task, TextEnv, demo_policy, run_episode
 from envs.oracle import Oracle
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
+from trainer.parallel.checkpoint import export_model
+from trainer.parallel.group import is_main
 from trainer.run.components import Components, build_components, env_factory
 from trainer.stages.sft import demo_trajectory, sft, writer_example
 
@@ -92,11 +94,15 @@ def load_cached_warm_start(path: Path | None) -> str | None:
 
 
 def save_warm_start(ctx: Components, path: Path, metrics: dict[str, float]) -> None:
-    """Write the warm-started model atomically (a temp dir renamed into place)."""
+    """Write the warm-started model atomically (a temp dir renamed into place).  Every
+    data-parallel rank calls it (a sharded policy is gathered one tensor at a time,
+    :func:`~trainer.parallel.checkpoint.export_model`); rank 0 writes."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    ctx.model.save_pretrained(tmp / "model", safe_serialization=True)
-    ctx.tokenizer.save_pretrained(tmp / "model")
+    if is_main():
+        shutil.rmtree(tmp, ignore_errors=True)
+    export_model(ctx.model, ctx.tokenizer, tmp / "model")
+    if not is_main():
+        return
     (tmp / "metrics.json").write_text(json.dumps(metrics))
     (tmp / "COMPLETE").write_text("ok\n")
     try:
