@@ -213,15 +213,20 @@ def job_stage1(out: str, args: dict) -> None:
     fake endpoint under ``/single``; then on ``world`` ranks with the policy sharded first,
     under ``/ranks``: the examples, gradients at every step and weights against the one
     process's, the KL reference :func:`~trainer.run.components.start_rl` freezes from the
-    shards, and the writer panel's metrics; last, with every rank training the whole of each
+    shards, the warm-start cache written from the shards, and the writer panel's metrics;
+    last, with every rank training the whole of each
     minibatch (``/broken``: what summing without a block each gives), its gradients."""
+    import torch
+
     import trainer.stages.sft as sft
+    from trainer.models.backbones import load_pretrained
     from trainer.parallel.group import world
     from trainer.parallel.run import shard_policy
     from trainer.parallel.shard import full_tensors, is_sharded
     from trainer.run.components import build_components, start_rl
     from trainer.run.resolve import load_config, resolve
     from trainer.stages.skill_sft import writer_validity
+    from trainer.stages.warm_start import load_cached_warm_start, save_warm_start
 
     def context(phase: str):
         cfg = resolve(load_config(MICRO, [*args["overrides"], f"writer.endpoint={args['endpoint']}/{phase}/v1",
@@ -239,6 +244,7 @@ def job_stage1(out: str, args: dict) -> None:
     shard_policy(ctx)
     metrics, grads = _stage1(ctx)
     weights = {k: v.clone() for k, v in full_tensors(ctx.model)}
+    save_warm_start(ctx, Path(out) / "warm", {})  # a sharded warm start's cache: every rank gathers
     start_rl(ctx)
     reference = {k: v.clone() for k, v in full_tensors(ctx.reference)}
     result = {"metrics": metrics, "panel": writer_validity(ctx, size=4),
@@ -251,13 +257,15 @@ def job_stage1(out: str, args: dict) -> None:
     _, broken_grads = _stage1(broken)
     if single is not None:
         expected_metrics, expected_grads, expected, examples, start = single
+        saved = load_pretrained(load_cached_warm_start(Path(out) / "warm"), torch.float32, "cpu")[0].state_dict()
         result.update({
             "single_metrics": expected_metrics, "steps": len(grads),
             "same_examples": ctx.replay == examples and len(examples) > 0,
             "max_abs_diff": max(float((weights[k] - v).abs().max()) for k, v in expected.items()),
             "moved": max(float((expected[k] - v).abs().max()) for k, v in start.items()),
             "grad_rel_diff": _grad_diff(expected_grads, grads),
-            "broken_grad_rel_diff": _grad_diff(expected_grads, broken_grads)})
+            "broken_grad_rel_diff": _grad_diff(expected_grads, broken_grads),
+            "export_diff": max(float((saved[k] - v).abs().max()) for k, v in weights.items())})
     _write(out, "stage1", result)
 
 

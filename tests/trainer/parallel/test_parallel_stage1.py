@@ -5,7 +5,8 @@ asked about each trajectory once, the same trajectories one process plays; the r
 the gathered examples, each its block of every minibatch over the whole minibatch's tokens,
 and take one process's optimizer steps (gradients before clipping at every step, relative to
 their largest entry, and weights after Stage 1, both within 1e-5 in float32).  The KL
-reference is frozen from the shards, sharded, and equals the policy after Stage 1.
+reference is frozen from the shards, sharded, and equals the policy after Stage 1; the
+warm-start cache written from the shards loads as the policy.
 
 Five rollouts in minibatches of three over two ranks: blocks of one and two rollouts, and
 micro-batches of one sequence, so one rank runs a micro-batch of weight 0 to pair the
@@ -81,3 +82,11 @@ def test_the_reference_is_frozen_from_the_shards_after_stage1(stage1):
     for r in results:
         assert r["reference_sharded"] and not r["reference_trains"]
         assert r["reference_diff"] == 0.0
+
+
+@pytest.mark.slow
+def test_a_sharded_warm_start_is_cached_whole(stage1):
+    """The warm-start cache written from the shards (every rank gathers, rank 0 writes)
+    loads as the policy's weights."""
+    _, (first, _) = stage1
+    assert first["export_diff"] == 0.0
