@@ -36,7 +36,7 @@ class TransformersBackend(GenerationBackend):
     would stand for an image that does not exist when the response is scored)."""
 
     # It samples with the live policy itself: a sharded one must be whole meanwhile
-    # (trainer.stages.rl.generating), an engine would hold its own weights.
+    # (trainer.run.components.generating), an engine would hold its own weights.
     generates_with_model = True
     # A finished row leaves the batch (and its KV cache) when the call keeps no cache for
     # prefix reuse: the rows still going decode as before, each from its own generator.

@@ -36,7 +36,15 @@ def share_block(n: int) -> tuple[int, int, bool]:
     a collective).  One process: ``(0, n, False)``."""
     if not active() or n < world():
         return 0, n, False
-    return rank() * n // world(), (rank() + 1) * n // world(), True
+    return (*blocks(n)[rank()], True)
+
+
+def blocks(n: int) -> list[tuple[int, int]]:
+    """Every rank's contiguous block ``lo .. hi`` of ``n`` items, in rank order, as even as
+    possible; with fewer items than ranks some blocks are empty.  One process:
+    ``[(0, n)]``."""
+    w = world() if active() else 1
+    return [(r * n // w, (r + 1) * n // w) for r in range(w)]
 
 
 def global_rows(n: int) -> tuple[int, int]:

@@ -1,5 +1,5 @@
 """What :func:`trainer.run.loop.train` does differently on data-parallel ranks: shard the
-policy and the reference before AdamW sees them, refuse what is not sharded yet, and let
+policy before any stage trains it, refuse what is not sharded yet, and let
 only rank 0 talk to MLflow (the others get a :class:`SilentLogger`)."""
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ def prepare_rank(cfg: RunConfig) -> bool:
 
 
 def shard_policy(ctx) -> None:
-    """Rank 0's policy (and reference) on every rank, then each sharded (FSDP2); called by
-    :func:`~trainer.run.components.start_rl` before it builds AdamW on the shards."""
+    """Rank 0's policy (and reference, when there is one) on every rank, then each sharded
+    (FSDP2); :func:`trainer.run.loop.train` calls it right after building the components, so
+    that the warm start, Stage 1 and RL all train the shards (each stage builds AdamW on
+    them) and :func:`~trainer.run.components.start_rl` freezes the reference from them."""
     for model in (ctx.model, ctx.reference):
         if model is not None and not is_sharded(model):  # a reference built sharded is already
             broadcast_module(model)

@@ -274,10 +274,10 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
         return library
     tasks = ctx.train_tasks[-LIBRARY_TASKS:]
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
-    trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling,
-                              seed=request_seed("library", cfg.seed))
-    hindsights = policy_writer(ctx).write(trajectories, seed=request_seed("library-write", cfg.seed))
-    release_engines(ctx)
+    with generating(ctx):  # asleep again after it
+        trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling,
+                                  seed=request_seed("library", cfg.seed))
+        hindsights = policy_writer(ctx).write(trajectories, seed=request_seed("library-write", cfg.seed))
     entries = broadcast_object(library_from(trajectories, hindsights))  # data parallel: rank 0's
     if is_main():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -288,16 +288,16 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
     return library
 
 
-def start_rl(ctx: Components, resume: Path | None = None,
-             shard: Callable[[Components], None] | None = None) -> None:
+def start_rl(ctx: Components, resume: Path | None = None) -> None:
     """Freeze the reference policy, build the writer and the optimizer (after the SFT
     stages, so that the reference and the self writer start from the RL initialisation).
 
     ``resume``: the checkpoint folder a resumed run continues from; the reference is then
     restored from the run's saved RL initialisation (:func:`trainer.checkpoint.rl_init_path`)
     and a frozen writer snapshot from the checkpoint, bit for bit, instead of being rebuilt
-    from the resumed policy.  ``shard`` (data-parallel ranks, :func:`trainer.parallel.shard_policy`)
-    shards the policy and the reference in place before AdamW is built on the shards."""
+    from the resumed policy.  Data parallel: the policy is already sharded
+    (:func:`trainer.parallel.run.shard_policy`, before the SFT stages); the reference is
+    sharded the same way and AdamW is built on the policy's shards."""
     cfg = ctx.cfg
     if has_adapters(ctx.model):  # the reference is the base with adapters disabled (lora_base)
         if resume is None:
@@ -312,8 +312,6 @@ def start_rl(ctx: Components, resume: Path | None = None,
     ctx.writer = make_writer(ctx, cfg.writer.kind if ctx.spec.skills else "none")
     if resume is not None and frozen_writer(ctx) is not None and (Path(resume) / WRITER).exists():
         ctx.writer.restore(Path(resume) / WRITER)
-    if shard is not None:
-        shard(ctx)
     ctx.optimizer = torch.optim.AdamW([p for p in ctx.model.parameters() if p.requires_grad], lr=cfg.algo.lr,
                                       weight_decay=cfg.algo.weight_decay)
 

@@ -5,9 +5,9 @@ The loop is a short sequence of named phases; each lives in its own module:
 ``stages`` (SFT stages), ``rl`` (rollout, write, score, advantage, update), ``evaluate``,
 ``records``, ``checkpoint``; tracking goes through :class:`trainer.tracking.RunLogger`.
 On data-parallel ranks (an initialized ``torch.distributed`` process group, started by a
-launcher; :mod:`trainer.parallel`) each rank plays its share of every step on the sharded
-policy; rank 0 alone logs to MLflow and writes records, checkpoints are sharded, and every
-rank returns the same :class:`RunResult`.
+launcher; :mod:`trainer.parallel`) the policy is sharded before the warm start and each rank
+plays its share of Stage 1 and of every step; rank 0 alone logs to MLflow and writes records,
+checkpoints are sharded, and every rank returns the same :class:`RunResult`.
 A crash marks the run FAILED with its traceback (``traceback.txt``); ``resume=True``
 continues the newest complete checkpoint in the same MLflow run at the same step.
 """
@@ -110,15 +110,15 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
         cached, cache = _saved_warm_start(cfg, logger), None
     init = str(ckpt / "model") if ckpt is not None else cached
     ctx = build_components(cfg, init_from=init)
+    if active():  # every stage that trains (warm start, Stage 1, RL) trains the shards
+        shard_policy(ctx)
     if ckpt is None:
         _sft_stages(ctx, logger, progress, cache, cached)
-        if cfg.stages.skill_sft.replay > 0:  # every rank replays rank 0's examples, on resume too
-            ctx.replay = broadcast_object(ctx.replay)
-            if is_main():
-                save_replay(ctx.replay, replay_path(out))
+        if cfg.stages.skill_sft.replay > 0 and is_main():  # every rank holds Stage 1's gathered examples
+            save_replay(ctx.replay, replay_path(out))  # replayed on resume too
         timer = PhaseTimer()
         with timer("start_rl"):  # reference, writer, and a self-written library
-            start_rl(ctx, shard=shard_policy if active() else None)
+            start_rl(ctx)
         logger.log_metrics(0, timer.metrics())
         if ctx.library is not None and ctx.library.metrics:
             logger.log_metrics(0, ctx.library.metrics)
@@ -129,7 +129,7 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
         state = TrainerState(run_id=logger.run_id)
         final = _evaluate(ctx, logger, out, 0, batch=None)
     else:
-        start_rl(ctx, resume=ckpt, shard=shard_policy if active() else None)
+        start_rl(ctx, resume=ckpt)
         if cfg.stages.skill_sft.replay > 0:
             ctx.replay = load_replay(replay_path(out))
         if active():
@@ -195,7 +195,7 @@ def _sft_stages(ctx: Components, logger: RunLogger, progress: bool, cache: Path 
                 metrics = warm_start(ctx, bar)
             metrics.update(timer.metrics())
         logger.log_metrics(0, {**metrics, "warm/cached": 0.0})
-        if cache is not None and is_main():
+        if cache is not None:
             save_warm_start(ctx, cache, metrics)
     if stages.skill_sft.enabled:
         with _bar(progress, "skill SFT") as bar:

@@ -4,6 +4,12 @@ One function serves both SFT stages: the warm start (behaviour cloning on script
 demonstrations) and SEED's Stage 1 (trajectory -> hindsight skill, review Eq. SFT).  Each
 example is a :class:`~trainer.samples.TokenSequence` whose ``action_mask`` marks the target
 tokens; the loss is the token-mean NLL over the targets of a minibatch.
+
+Data parallel (a sharded policy, :mod:`trainer.parallel`): every rank holds the same
+examples (the warm start's are deterministic, Stage 1's are gathered) and so draws the same
+minibatches; each rank backpropagates its block of every minibatch
+(:func:`~trainer.parallel.batches.blocks`), divided by the whole minibatch's target tokens,
+and the ranks' gradients are summed: the one-process gradient, as in the RL update.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from trainer.episodes.scoring import sequence_logprobs
 from trainer.hindsight.analyzer import analyzer_target
 from trainer.hindsight.writers import writer_input
 from trainer.models.chat import encode
+from trainer.parallel.batches import blocks
+from trainer.parallel.group import all_sum, rank
 from trainer.run.components import Components
 
 
@@ -64,7 +72,9 @@ def sft(
     examples per forward and backward (gradient accumulation; the step is the batch's, each
     micro-batch's NLL weighted by its share of the batch's target tokens), None = the
     batch.  Returns ``{"sft/loss_first", "sft/loss_last", "sft/examples", "sft/tokens"}``
-    (mean loss of the first and the last epoch)."""
+    (mean loss of the first and the last epoch).  Data parallel: every rank calls it with the
+    same ``examples`` on the sharded ``model`` (AdamW over its shards) and trains its block
+    of each minibatch (module docstring)."""
     if not examples:
         raise ValueError("sft: no examples")
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -74,46 +84,58 @@ def sft(
         progress.reset(total=total_steps)  # a bar opened before the examples existed: give it an ETA
     rng = random.Random(f"sft:{seed}")
     order = list(range(len(examples)))
-    epoch_losses = []
+    losses: list[list[float]] = []  # per epoch, per step: this rank's share of the step's NLL
     model.train()
     for _ in range(epochs):
         rng.shuffle(order)
-        total, count = 0.0, 0
+        losses.append([])
         for start in range(0, len(order), batch_size):
             batch = [examples[i] for i in order[start:start + batch_size]]
             optimizer.zero_grad(set_to_none=True)
-            loss = nll_backward(model, batch, micro_batch=micro_batch, vision=vision)
+            losses[-1].append(nll_backward(model, batch, micro_batch=micro_batch, vision=vision, split=True))
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             schedule.step()
-            total, count = total + loss, count + 1
             if progress is not None:
                 progress.update(1)
-        epoch_losses.append(total / max(count, 1))
+    summed = all_sum([loss for epoch in losses for loss in epoch])  # each step's NLL: the ranks' shares
+    first, last = summed[:len(losses[0])], summed[len(summed) - len(losses[-1]):]
     return {
-        "sft/loss_first": epoch_losses[0],
-        "sft/loss_last": epoch_losses[-1],
+        "sft/loss_first": sum(first) / max(len(first), 1),
+        "sft/loss_last": sum(last) / max(len(last), 1),
         "sft/examples": float(len(examples)),
         "sft/tokens": float(sum(sum(s.action_mask) for s in examples)),
     }
 
 
 def nll_backward(model, batch: Sequence[TokenSequence], *, scale: float = 1.0, micro_batch: int | None = None,
-                 vision=None) -> float:
+                 vision=None, split: bool = False) -> float:
     """Backpropagate ``scale`` times the token-mean NLL of ``batch``'s target tokens into
     ``model``'s gradients (accumulated, ``micro_batch`` sequences a forward, each micro-batch
-    weighted by its share of the batch's target tokens); returns the NLL (unscaled)."""
+    weighted by its share of the batch's target tokens); returns the NLL (unscaled).
+
+    ``split``: ``batch`` is the same on every rank, and this rank backpropagates its block
+    of it (:func:`~trainer.parallel.batches.blocks`) over the whole batch's target tokens
+    (the ranks' summed gradients are the batch's); it returns its block's share of the NLL.
+    Every rank runs as many micro-batches as the busiest one (the extra ones weigh 0), so
+    that a sharded model's collectives pair up."""
     targets = max(1, sum(sum(s.action_mask) for s in batch))
+    size = micro_batch or max(1, len(batch))
+    spans = blocks(len(batch)) if split else [(0, len(batch))]
+    lo, hi = spans[rank()] if split else spans[0]
+    chunks = [batch[i:min(i + size, hi)] for i in range(lo, hi, size)]
+    busiest = max(math.ceil((b - a) / size) for a, b in spans)
     loss = 0.0
-    for part in range(0, len(batch), micro_batch or len(batch)):
-        chunk = batch[part:part + (micro_batch or len(batch))]
+    for i, chunk in enumerate(chunks + [batch[:1]] * (busiest - len(chunks))):
         logp, _ = sequence_logprobs(model, chunk, micro_batch=len(chunk), grad=True, with_entropy=False,
                                     vision=vision)  # [n, L]
         pad = torch.nn.functional.pad
         mask = torch.stack([pad(torch.tensor(s.action_mask, dtype=logp.dtype), (0, logp.shape[1] - len(s)))
                             for s in chunk]).to(logp.device)  # [n, L]
         piece = -(logp * mask).sum() / targets  # this chunk's share of the batch's token-mean NLL
+        if i >= len(chunks):  # a micro-batch that only pairs the collectives
+            piece = piece * 0.0
         (piece * scale).backward()
         loss += piece.item()
     return loss

@@ -3,6 +3,11 @@ policy annotated by a strong writer (an external endpoint when configured, else
 the privileged oracle standing in for it), valid pairs kept, trajectory -> skill
 fine-tuning with NLL; the self writer's validity on a fixed panel; and the opt-in replay
 of Stage-1 examples in the RL update (``stages.skill_sft.replay``, not in SEED).
+
+Data parallel (the policy sharded before Stage 1, as for RL): each rank plays and annotates
+its block of Stage 1's rollouts (so the annotator sees each trajectory once), the examples
+are gathered in rollout order and every rank trains on its block of each minibatch
+(:func:`~trainer.stages.sft.sft`); the writer panel is split the same way.
 """
 
 from __future__ import annotations
@@ -14,30 +19,36 @@ from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import Trajectory
 from trainer.hindsight.writers import ExternalWriter, OracleWriter
 from trainer.models.generation import request_seed
-from trainer.parallel.group import all_sum, rank, world
-from trainer.run.components import Components, policy_writer, release_engines
+from trainer.parallel.batches import share_block
+from trainer.parallel.group import all_sum, gather_objects, is_main, rank, rank_parts, world
+from trainer.run.components import Components, generating, policy_writer
 from trainer.stages.sft import demo_trajectory, nll_backward, sft, writer_example
 
 
 def skill_sft(ctx: Components, progress=None) -> dict[str, float]:
     """SEED Stage 1: annotate base-policy rollouts with a strong writer, keep valid pairs,
-    fine-tune trajectory -> skill."""
+    fine-tune trajectory -> skill.  Data parallel: see the module docstring; rollout i is
+    seeded as one process seeds it, the annotator's requests with the rank's own seeds."""
     st, cfg = ctx.cfg.stages.skill_sft, ctx.cfg
     rng = random.Random(f"sft:{cfg.seed}")
     tasks = rng.sample(ctx.train_tasks, min(st.tasks, len(ctx.train_tasks)))
     batch = [t for t in tasks for _ in range(st.rollouts_per_task)]
+    lo, hi, split = share_block(len(batch))  # fewer rollouts than ranks: all play, rank 0 annotates
     sampling = Sampling(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
-    trajectories, _ = collect(ctx.make_env, batch, ctx.builder, ctx.backend, sampling,
-                              seed=request_seed("stage1", cfg.seed))
-    release_engines(ctx)  # asleep while Stage 1 trains
+    with generating(ctx):
+        trajectories, _ = collect(ctx.make_env, batch[lo:hi], ctx.builder, ctx.backend, sampling,
+                                  seed=request_seed("stage1", cfg.seed), first=lo)
+    if not (split or is_main()):
+        trajectories = []
     annotator = ExternalWriter(ctx.prompt_env.domain_description(), cfg.writer) if cfg.writer.endpoint \
         else OracleWriter(ctx.make_env)
-    hindsights = annotator.write(trajectories, seed=request_seed("stage1-write", cfg.seed))
+    hindsights = annotator.write(trajectories, seed=request_seed("stage1-write", cfg.seed, *rank_parts()))
     pairs = [(t.episode, h) for t, h in zip(trajectories, hindsights) if h.valid and h.boundary_valid]
-    metrics = {"sft/acceptance_rate": len(pairs) / max(1, len(trajectories)),
-               "sft/rollout_success": sum(t.episode.success for t in trajectories) / max(1, len(trajectories))}
-    if pairs:
-        examples = [writer_example(ctx, e, h) for e, h in pairs]
+    examples = [e for part in gather_objects([writer_example(ctx, e, h) for e, h in pairs]) for e in part]
+    played, successes = all_sum([len(trajectories), sum(t.episode.success for t in trajectories)])
+    metrics = {"sft/acceptance_rate": len(examples) / max(1, played),
+               "sft/rollout_success": successes / max(1, played)}
+    if examples:
         metrics.update(sft(ctx.model, examples, epochs=st.epochs, lr=st.lr, batch_size=st.batch_size,
                            seed=cfg.seed, progress=progress, vision=ctx.builder.vision,
                            micro_batch=cfg.algo.micro_batch_size))
@@ -50,9 +61,9 @@ def replay_backward(ctx: Components, key: str) -> dict[str, float]:
     """Stage-1 writer replay (``stages.skill_sft.replay``; a departure from SEED): backpropagate
     the weight times the token-mean NLL of ``replay_batch`` of ``ctx.replay`` drawn at random
     (``key`` names the minibatch, so each draws its own, the same on a rerun) into the
-    gradients of the RL minibatch about to step.  Data parallel: every rank holds rank 0's
-    examples and draws its own from them, its loss divided by the ranks (the gradients are
-    summed).  Returns ``{"loss/replay"}``, the NLL (the ranks' mean), or {} when replay is
+    gradients of the RL minibatch about to step.  Data parallel: every rank holds all of
+    Stage 1's examples (gathered) and draws its own from them, its loss divided by the ranks
+    (the gradients are summed).  Returns ``{"loss/replay"}``, the NLL (the ranks' mean), or {} when replay is
     off or Stage 1 kept no example."""
     st = ctx.cfg.stages.skill_sft
     if st.replay <= 0 or not ctx.replay:
@@ -84,13 +95,19 @@ def writer_validity(ctx: Components, size: int = WRITER_PANEL_SIZE) -> dict[str,
     """How often the policy's own hindsight output is usable on :func:`writer_panel`:
     ``writer/panel_valid_rate`` (parses, names a real turn, non-empty skill, boundary included),
     ``writer/invalid_rate`` (its complement) and ``writer/panel_boundary_agreement`` (valid
-    outputs on failed episodes whose error turn is the true first unrecovered error)."""
+    outputs on failed episodes whose error turn is the true first unrecovered error).  Data
+    parallel: each rank writes its block of the panel (with its own seeds) and the counts are
+    summed."""
     trajectories = writer_panel(ctx, size)
-    hindsights = policy_writer(ctx).write(trajectories, seed=request_seed("writer-panel", ctx.cfg.seed))
-    release_engines(ctx)
+    lo, hi, split = share_block(len(trajectories))
+    trajectories = trajectories[lo:hi]
+    with generating(ctx):
+        hindsights = policy_writer(ctx).write(
+            trajectories, seed=request_seed("writer-panel", ctx.cfg.seed, *rank_parts()))
     valid = [h.valid and h.boundary_valid for h in hindsights]
     failed = [(t, h) for t, h, ok in zip(trajectories, hindsights, valid) if ok and not t.episode.success]
-    agree = sum(h.error_turn == error_turn(t.episode) for t, h in failed)
-    rate = sum(valid) / max(1, len(valid))
+    counts = [sum(valid), len(valid), sum(h.error_turn == error_turn(t.episode) for t, h in failed), len(failed)]
+    n_valid, n, agree, n_failed = all_sum(counts) if split else counts
+    rate = n_valid / max(1, n)
     return {"writer/panel_valid_rate": rate, "writer/invalid_rate": 1.0 - rate,
-            "writer/panel_boundary_agreement": agree / max(1, len(failed))}
+            "writer/panel_boundary_agreement": agree / max(1, n_failed)}

@@ -18,6 +18,9 @@ import envs
 from envs.base import Episode, Task, TextEnv, demo_policy, run_episode
 from envs.oracle import Oracle
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
+from trainer.parallel.checkpoint import export_model
+from trainer.parallel.group import is_main
+from trainer.parallel.shard import is_sharded
 from trainer.run.checkpoint import save_model
 from trainer.run.components import Components, build_components, env_factory
 from trainer.stages.sft import demo_trajectory, sft, writer_example
@@ -94,10 +97,18 @@ def load_cached_warm_start(path: Path | None) -> str | None:
 
 
 def save_warm_start(ctx: Components, path: Path, metrics: dict[str, float]) -> None:
-    """Write the warm-started model atomically (a temp dir renamed into place)."""
+    """Write the warm-started model atomically (a temp dir renamed into place).  Every
+    data-parallel rank calls it (a sharded policy is gathered one tensor at a time,
+    :func:`~trainer.parallel.checkpoint.export_model`); rank 0 writes."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_model(ctx.model, ctx.tokenizer, tmp / "model")  # under LoRA: the adapter, naming its base
+    if is_main():
+        shutil.rmtree(tmp, ignore_errors=True)
+    if is_sharded(ctx.model):  # every rank gathers each tensor in turn, rank 0 writes
+        export_model(ctx.model, ctx.tokenizer, tmp / "model")
+    else:
+        save_model(ctx.model, ctx.tokenizer, tmp / "model")  # under LoRA: the adapter, naming its base
+    if not is_main():
+        return
     (tmp / "metrics.json").write_text(json.dumps(metrics))
     (tmp / "COMPLETE").write_text("ok\n")
     try:

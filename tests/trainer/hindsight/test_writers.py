@@ -7,41 +7,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 import envs
 from envs.base import expert_policy, run_episode
 from envs.oracle import Oracle
+from support.chat import FakeChat
 from trainer.config import WriterConfig
 from trainer.episodes.samples import Trajectory
 from trainer.hindsight.analyzer import analyzer_target
 from trainer.hindsight.writers import ExternalWriter
-
-
-class FakeChat(ThreadingHTTPServer):
-    """Answers every POST /v1/chat/completions with ``reply``; keeps the requests."""
-
-    def __init__(self, reply: str):
-        self.reply, self.requests = reply, []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append((self.path, dict(self.headers), body))
-                data = json.dumps({"choices": [{"message": {"content": server.reply}}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
 
 
 @pytest.fixture

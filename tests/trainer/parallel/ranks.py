@@ -6,6 +6,7 @@ for all, and exits with the first failure's status.  Each rank runs ``JOB`` and 
 results as ``OUT/<job>_rank<R>.json``.
 
 Jobs: ``update`` (a 2-rank update against the one-process update on the same trajectories),
+``stage1`` (SEED's Stage 1 on the sharded policy against one process's),
 ``train`` (:func:`trainer.run.loop.train` end to end, optionally crashing in a given step).
 """
 
@@ -175,6 +176,102 @@ def job_update(out: str, args: dict) -> None:
     _write(out, "update", results)
 
 
+# ---- job "stage1": Stage 1 on the sharded policy equals one process's Stage 1
+
+
+def _stage1(ctx):
+    """Stage 1 on ``ctx``; its metrics and, per optimizer step, the gradients before clipping
+    by parameter name (gathered whole from the shards)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    from trainer.stages.skill_sft import skill_sft
+
+    grads, real_clip = [], torch.nn.utils.clip_grad_norm_
+
+    def clip(parameters, *args, **kwargs):  # sft clips right before each optimizer step
+        parameters = list(parameters)
+        named = {id(p): n for n, p in ctx.model.named_parameters()}
+        grads.append({named[id(p)]: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
+                      for p in parameters if p.grad is not None})
+        return real_clip(parameters, *args, **kwargs)
+
+    torch.nn.utils.clip_grad_norm_ = clip
+    try:
+        metrics = skill_sft(ctx)
+    finally:
+        torch.nn.utils.clip_grad_norm_ = real_clip
+    return metrics, grads
+
+
+def _grad_diff(expected: list[dict], got: list[dict]) -> float:
+    """The largest gradient difference relative to the parameter's largest entry, over steps."""
+    assert len(expected) == len(got) and all(a.keys() == b.keys() for a, b in zip(expected, got))
+    return max(float((b[k] - a[k]).abs().max() / a[k].abs().max().clamp(min=1e-12))
+               for a, b in zip(expected, got) for k in a)
+
+
+def job_stage1(out: str, args: dict) -> None:
+    """Stage 1 in one process (rank 0, before the process group exists), annotated by the
+    fake endpoint under ``/single``; then on ``world`` ranks with the policy sharded first,
+    under ``/ranks``: the examples, gradients at every step and weights against the one
+    process's, the KL reference :func:`~trainer.run.components.start_rl` freezes from the
+    shards, the warm-start cache written from the shards, and the writer panel's metrics;
+    last, with every rank training the whole of each
+    minibatch (``/broken``: what summing without a block each gives), its gradients."""
+    import torch
+
+    import trainer.stages.sft as sft
+    from trainer.models.backbones import load_pretrained
+    from trainer.parallel.group import world
+    from trainer.parallel.run import shard_policy
+    from trainer.parallel.shard import full_tensors, is_sharded
+    from trainer.run.components import build_components, start_rl
+    from trainer.run.resolve import load_config, resolve
+    from trainer.stages.skill_sft import writer_validity
+    from trainer.stages.warm_start import load_cached_warm_start, save_warm_start
+
+    def context(phase: str):
+        cfg = resolve(load_config(MICRO, [*args["overrides"], f"writer.endpoint={args['endpoint']}/{phase}/v1",
+                                          f"output.dir={out}/{phase}"]))
+        return build_components(cfg)
+
+    single = None
+    if os.environ["RANK"] == "0":
+        ctx = context("single")
+        start = {k: v.clone() for k, v in ctx.model.state_dict().items()}
+        metrics, grads = _stage1(ctx)
+        single = (metrics, grads, {k: v.clone() for k, v in ctx.model.state_dict().items()}, ctx.replay, start)
+    _init()
+    ctx = context("ranks")
+    shard_policy(ctx)
+    metrics, grads = _stage1(ctx)
+    weights = {k: v.clone() for k, v in full_tensors(ctx.model)}
+    save_warm_start(ctx, Path(out) / "warm", {})  # a sharded warm start's cache: every rank gathers
+    start_rl(ctx)
+    reference = {k: v.clone() for k, v in full_tensors(ctx.reference)}
+    result = {"metrics": metrics, "panel": writer_validity(ctx, size=4),
+              "reference_sharded": is_sharded(ctx.reference) and is_sharded(ctx.model),
+              "reference_diff": max(float((reference[k] - v).abs().max()) for k, v in weights.items()),
+              "reference_trains": any(p.requires_grad for p in ctx.reference.parameters())}
+    broken = context("broken")
+    shard_policy(broken)
+    sft.blocks = lambda n: [(0, n)] * world()  # every rank backpropagates the whole minibatch
+    _, broken_grads = _stage1(broken)
+    if single is not None:
+        expected_metrics, expected_grads, expected, examples, start = single
+        saved = load_pretrained(load_cached_warm_start(Path(out) / "warm"), torch.float32, "cpu")[0].state_dict()
+        result.update({
+            "single_metrics": expected_metrics, "steps": len(grads),
+            "same_examples": ctx.replay == examples and len(examples) > 0,
+            "max_abs_diff": max(float((weights[k] - v).abs().max()) for k, v in expected.items()),
+            "moved": max(float((expected[k] - v).abs().max()) for k, v in start.items()),
+            "grad_rel_diff": _grad_diff(expected_grads, grads),
+            "broken_grad_rel_diff": _grad_diff(expected_grads, broken_grads),
+            "export_diff": max(float((saved[k] - v).abs().max()) for k, v in weights.items())})
+    _write(out, "stage1", result)
+
+
 # ---- job "train": trainer.run.loop.train on every rank
 
 
@@ -216,7 +313,7 @@ def job_train(out: str, args: dict) -> None:
 
 def job_generate(out: str, args: dict) -> None:
     """Sample with the policy whole (before the process group exists), then with the same
-    policy sharded under :func:`~trainer.stages.rl.generating`'s context, each rank making a
+    policy sharded under :func:`~trainer.run.components.generating`'s context, each rank making a
     different number of calls with prompts of different lengths; then a forward and backward
     on the shards (they are sharded again) and the full tensors against the original state."""
     import copy
@@ -356,7 +453,7 @@ def job_reference(out: str, args: dict) -> None:
         "logits_max_diff": float((got - expected).abs().max())})
 
 
-JOBS = {"update": job_update, "train": job_train, "generate": job_generate, "heads": job_heads,
+JOBS = {"update": job_update, "stage1": job_stage1, "train": job_train, "generate": job_generate, "heads": job_heads,
         "reference": job_reference}
 
 

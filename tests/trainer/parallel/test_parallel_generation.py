@@ -1,5 +1,5 @@
 """The transformers backend on a sharded policy (trainer/parallel/shard.py): under
-``unsharded`` (what ``trainer.stages.rl.generating`` gives a live-model backend) two gloo
+``unsharded`` (what ``trainer.run.components.generating`` gives a live-model backend) two gloo
 ranks sample exactly what the whole model samples, with different numbers of calls and
 prompts per rank (no collective inside, so none can hang); afterwards the parameters are
 shards again and train, and ``full_tensors`` (an engine's sync, the HF export) yields the

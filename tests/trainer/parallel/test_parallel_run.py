@@ -151,9 +151,9 @@ def test_ranks_split_the_panels_and_evaluate_as_one_process(uninterrupted, tmp_p
 
 
 @pytest.mark.slow
-def test_two_ranks_replay_rank0s_stage1_examples(tmp_path):
-    """SEED with Stage-1 writer replay on two ranks: every rank replays rank 0's examples
-    (the same number of forwards, so no collective waits forever), the replay loss is logged
+def test_two_ranks_replay_stage1s_gathered_examples(tmp_path):
+    """SEED with Stage-1 writer replay on two ranks: every rank replays Stage 1's gathered
+    examples (the same number of forwards, so no collective waits forever), the replay loss is logged
     once per step, and the examples are saved for a resume."""
     from trainer.run.checkpoint import load_replay, replay_path
 
