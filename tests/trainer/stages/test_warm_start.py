@@ -159,7 +159,7 @@ def test_writer_validity_counts_valid_hindsight_and_true_error_turns(monkeypatch
             return [dataclasses.replace(h, valid=False) for h in oracle.write(trajectories)]
 
     for writer, expected in ((oracle, (1.0, 1.0)), (Shifted(), (1.0, 0.0)), (Empty(), (0.0, 0.0))):
-        monkeypatch.setattr(trainer.stages.skill_sft, "make_writer", lambda ctx, kind, w=writer: w)
+        monkeypatch.setattr(trainer.stages.skill_sft, "policy_writer", lambda ctx, w=writer: w)
         metrics = writer_validity(ctx, size=16)
         assert (metrics["writer/panel_valid_rate"], metrics["writer/panel_boundary_agreement"]) == expected
         assert metrics["writer/invalid_rate"] == 1.0 - expected[0]
