@@ -43,8 +43,11 @@ from trainer.episodes.samples import Trajectory, assert_same_actions, cut_skill,
 from trainer.episodes.scoring import (
     ActionBatch,
     ActionIndex,
+    MicroBatching,
+    PaddingCount,
     TopK,
     action_index,
+    counting,
     from_actions,
     gather_actions,
     score_trajectories,
@@ -74,10 +77,12 @@ class PhaseTimer:
     so a step's phases add up to its wall time instead of counting the inner one twice.
     ``sync`` (e.g. ``torch.cuda.synchronize``) is called at the start and the end of every
     phase, so that queued GPU work is charged to the phase that launched it; None (the
-    default) measures host time only, which is exact on CPU."""
+    default) measures host time only, which is exact on CPU.  ``padding`` counts the
+    micro-batches the phases score (``perf/pad_share``, ``perf/micro_batches``)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     sync: Callable[[], None] | None = None
+    padding: PaddingCount = field(default_factory=PaddingCount)
     _inner: list[float] = field(default_factory=list, repr=False)  # per open phase: its inner phases' time
 
     @contextmanager
@@ -87,7 +92,8 @@ class PhaseTimer:
         start = time.perf_counter()
         self._inner.append(0.0)
         try:
-            yield
+            with counting(self.padding) if len(self._inner) == 1 else nullcontext():  # once when nested
+                yield
         finally:
             if self.sync is not None:
                 self.sync()
@@ -184,7 +190,7 @@ def skill_texts(ctx: Components, context: str, batch: StepBatch) -> list[str | N
 
 def _score(ctx: Components, model, trajectories, skills, grad=False, entropy=False) -> tuple[ActionBatch, list]:
     """Scored [B, T] action tokens and the sequences they came from."""
-    return score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=ctx.cfg.algo.micro_batch_size,
+    return score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=MicroBatching.of(ctx.cfg.algo),
                               grad=grad, with_entropy=entropy, temperature=ctx.cfg.rollout.temperature)
 
 
@@ -206,7 +212,7 @@ def _teacher_scores(ctx: Components, model, batch: StepBatch, context: str, stud
     student = batch.rollout_skills or [None] * len(batch.trajectories)
     teacher, teacher_seq = score_trajectories(
         model, ctx.builder, [batch.trajectories[i] for i in rows], [student[i] for i in rows],
-        micro_batch=ctx.cfg.algo.micro_batch_size, added_skills=[added[i] for i in rows], with_entropy=False,
+        micro_batch=MicroBatching.of(ctx.cfg.algo), added_skills=[added[i] for i in rows], with_entropy=False,
         top_k=top_k,
         temperature=ctx.cfg.rollout.temperature)
     assert_same_actions(student_seq, teacher_seq)
@@ -350,16 +356,11 @@ def _plan(ctx: Components, batch: StepBatch, rows: list[int]) -> _Minibatch:
     return _Minibatch(student, teacher, action_index(student, len(held)), traj_rows, weights)
 
 
-def micro_batches(sequences, size: int) -> list[list[int]]:
-    """Indices of ``sequences`` in groups of at most ``size``, longest first (less padding)."""
-    order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
-    return [order[i:i + size] for i in range(0, len(order), size)]
-
-
 def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseTimer,
                record: bool = False, key: str = "") -> tuple[dict[str, float], bool]:
-    """One PPO minibatch: forward and backward per micro-batch of ``algo.micro_batch_size``
-    sequences (gradient accumulation), each micro-batch's loss weighted by its tokens' share
+    """One PPO minibatch: forward and backward per micro-batch (``algo.micro_batch_tokens`` or
+    ``algo.micro_batch_size``, :class:`~trainer.episodes.scoring.MicroBatching`; gradient
+    accumulation), each micro-batch's loss weighted by its tokens' share
     of the minibatch's aggregation (``algo.loss_agg``), so the accumulated gradient is that of
     one backward over the minibatch; then the Stage-1 writer replay when it is on
     (:func:`~trainer.stages.skill_sft.replay_backward`, its draw named by ``key``) and one
@@ -367,13 +368,14 @@ def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseT
     ``batch.deltas`` (the per-turn records read it).
 
     Data parallel: every rank runs as many micro-batches as the busiest one (the extra ones
-    repeat one of its sequences at weight 0), the finite check and the metrics are global."""
+    repeat one of its sequences at weight 0; a token budget cuts each rank's sequences into
+    its own number of them), the finite check and the metrics are global."""
     cfg = ctx.cfg
     plan = _plan(ctx, batch, rows)
     ctx.optimizer.zero_grad(set_to_none=True)
     totals: dict[str, float] = {}
     tokens = 0.0
-    parts = micro_batches(plan.student, cfg.algo.micro_batch_size) if rows else []
+    parts = MicroBatching.of(cfg.algo).plan([len(s) for s in plan.student]) if rows else []
     padding = most(len(parts)) - len(parts)
     for i, part in enumerate(parts + [[0]] * padding):
         real = i < len(parts)

@@ -128,8 +128,11 @@ def _one_update(ctx, batch):
 def job_update(out: str, args: dict) -> None:
     """For every case: the one-process update (before the process group exists), then the
     same update on ``world`` ranks holding their block of whole groups; the max abs weight
-    difference after the update and the loss metrics of both."""
+    difference after the update and the loss metrics of both.  ``tokens``: the ranks cut
+    micro-batches by that token budget (the one process by ``micro`` sequences), and count
+    the update's micro-batch plans whose number another rank exceeded (``uneven``)."""
     import trainer.parallel.batches as batches
+    import trainer.stages.rl as rl
     from trainer.parallel.group import rank, world
     from trainer.parallel.run import shard_policy
     from trainer.parallel.shard import full_tensors
@@ -158,8 +161,22 @@ def job_update(out: str, args: dict) -> None:
         mine = list(range(rank() * share, (rank() + 1) * share))  # whole groups: 3 rows each
         ranked = copy.copy(ctx)
         ranked.model, ranked.reference = copy.deepcopy(start[0]), copy.deepcopy(start[1])
+        if args.get("tokens"):
+            ranked.cfg = dataclasses.replace(ctx.cfg, algo=dataclasses.replace(
+                ctx.cfg.algo, micro_batch_tokens=args["tokens"]))
         shard_policy(ranked)
-        got, got_grads = _one_update(ranked, _rows(copy.deepcopy(batch), mine, n))
+        uneven = []
+
+        def most(count: int, seen: list = uneven) -> int:  # the update's pairing of micro-batch counts
+            top = batches.most(count)
+            seen.append(top > count)
+            return top
+
+        rl.most = most
+        try:
+            got, got_grads = _one_update(ranked, _rows(copy.deepcopy(batch), mine, n))
+        finally:
+            rl.most = batches.most
         assert len(got_grads) == len(grads), (len(got_grads), len(grads))
         grad_diff = max(float((b[k] - a[k]).abs().max() / a[k].abs().max().clamp(min=1e-12))
                         for a, b in zip(grads, got_grads) for k in a)
@@ -168,7 +185,8 @@ def job_update(out: str, args: dict) -> None:
             diff = max(diff, float((tensor - expected[name]).abs().max()))
         moved = max(float((expected[k] - v).abs().max()) for k, v in start[0].state_dict().items())
         results.append({"case": case, "max_abs_diff": diff, "moved": moved, "grad_rel_diff": grad_diff,
-                        "loss_single": metrics.get("loss/total"), "loss_ranks": got.get("loss/total")})
+                        "loss_single": metrics.get("loss/total"), "loss_ranks": got.get("loss/total"),
+                        "uneven": sum(uneven)})
     _write(out, "update", results)
 
 
