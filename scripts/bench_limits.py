@@ -200,8 +200,9 @@ def rollout_row(ctx, step: int, repeats: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    parser.add_argument("--tokens", nargs="+", type=int, default=[0, 8192],
-                        help="micro-batch token budgets to measure (0 = by algo.micro_batch_size)")
+    parser.add_argument("--tokens", nargs="*", type=int, default=[0, 8192],
+                        help="micro-batch token budgets to measure (0 = by algo.micro_batch_size; none: "
+                             "no update or scoring figures)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vllm", action="store_true", help="also the rollouts, with model.backend=vllm")
     parser.add_argument("--set", dest="overrides", action="append", default=[])

@@ -294,8 +294,11 @@ class AlgoConfig:
     # scoring passes', Stage 1's and the warm start's.
     micro_batch_size: int = field(default=16, metadata={"ge": 1})
     # Token budget of a micro-batch (verl's use_dynamic_bsz): sequences sorted by length share
-    # one while rows x their longest <= this; a longer sequence runs alone. 0 = by count
-    # (micro_batch_size). Memory and speed, not results; left out of the cell id.
+    # one while rows x their longest <= this; a longer sequence runs alone. 0 (the default) =
+    # by count (micro_batch_size): on the CPU the budget cut padding (full context) and
+    # forwards (window) for at most 18% more update tokens/s (docs/results/step_cost.md); as a
+    # default it would override the micro_batch_size a study chose for GPU memory. Memory
+    # and speed, not results; left out of the cell id.
     micro_batch_tokens: int = field(default=0, metadata={"ge": 0})
 
 
