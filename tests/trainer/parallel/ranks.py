@@ -323,7 +323,43 @@ def job_heads(out: str, args: dict) -> None:
     _write(out, "heads", result)
 
 
-JOBS = {"update": job_update, "train": job_train, "generate": job_generate, "heads": job_heads}
+# ---- job "nll": the SFT stages' backward on a sharded model, ranks cutting unequal micro-batch counts
+
+
+def job_nll(out: str, args: dict) -> None:
+    """:func:`trainer.stages.sft.nll_backward` by a token budget on two ranks whose examples
+    pack into 3 and 1 micro-batches: the summed gradients of the sharded model against one
+    process running both ranks' calls (relative max difference)."""
+    import torch
+
+    from trainer.episodes.samples import TokenSequence
+    from trainer.episodes.scoring import MicroBatching
+    from trainer.models.backbones import load_pretrained
+    from trainer.parallel.shard import shard
+    from trainer.stages.sft import nll_backward
+    from trainer.stages.warm_start import bundle_path
+
+    def example(n: int) -> TokenSequence:
+        return TokenSequence(tuple(range(5, 5 + n)), (0,) * 3 + (1,) * (n - 3), (-1,) * 3 + (0,) * (n - 3))
+
+    shares = [[example(n) for n in (9, 14, 6, 11)], [example(n) for n in (8, 7)]]
+    budget = MicroBatching(tokens=20)  # rank 0: [14], [11], [9, 6]; rank 1: [8, 7]
+    single, _ = load_pretrained(str(bundle_path("ezpoints")), torch.float32, "cpu")
+    model = copy.deepcopy(single)
+    for share in shares:
+        nll_backward(single, share, micro_batch=budget)
+    expected = {n: p.grad.clone() for n, p in single.named_parameters()}
+    _init()
+    rank = int(os.environ["RANK"])
+    shard(model)
+    nll_backward(model, shares[rank], micro_batch=budget)
+    got = {n: p.grad.full_tensor() for n, p in model.named_parameters(remove_duplicate=False)}
+    _write(out, "nll", {"plans": [len(budget.plan([len(s) for s in share])) for share in shares],
+                        "grad_rel_diff": max(float((got[n] - g).abs().max() / g.abs().max().clamp(min=1e-12))
+                                             for n, g in expected.items())})
+
+
+JOBS = {"update": job_update, "train": job_train, "generate": job_generate, "heads": job_heads, "nll": job_nll}
 
 
 if __name__ == "__main__":

@@ -73,3 +73,15 @@ def test_two_ranks_with_a_token_budget_equal_one_process_by_count(tmp_path):
         assert r["loss_ranks"] == pytest.approx(r["loss_single"], rel=1e-5, abs=1e-7), r
     assert all(r["uneven"] for r in results if r["case"][3] == "full")  # rank 1 padded its update
 
+
+
+@pytest.mark.slow
+def test_sft_micro_batches_by_token_budget_pair_across_ranks(tmp_path):
+    """Stage 1, its replay and the warm start: ranks whose examples pack into different numbers
+    of micro-batches still pair the sharded model's collectives (without the padding rank 1
+    waits in its second forward for a partner that never comes) and sum to one process's
+    gradients."""
+    subprocess.run([sys.executable, str(RANKS), "launch", "2", "nll", str(tmp_path), "{}"], check=True, timeout=300)
+    result = json.loads((tmp_path / "nll_rank0.json").read_text())
+    assert result["plans"] == [3, 1]
+    assert result["grad_rel_diff"] < 1e-5, result
