@@ -321,11 +321,19 @@ class AlgoConfig:
     ppo_epochs: int = field(default=1, metadata={"ge": 1})
     # Trajectories per PPO minibatch (one optimizer step each); 0 = the whole batch.
     minibatch_size: int = field(default=0, metadata={"ge": 0})
-    # Sequences per forward and backward pass (gradient accumulation over the minibatch):
-    # a window-context turn or a full-context episode is one sequence. Memory, not results:
-    # each micro-batch's loss is weighted so the step equals one backward over the
-    # minibatch (every loss_agg mode); left out of the cell id. Also the scoring passes'.
+    # Sequences per forward and backward pass (gradient accumulation over the minibatch)
+    # when micro_batch_tokens is 0: a window-context turn or a full-context episode is one
+    # sequence. Memory, not results: each micro-batch's loss is weighted so the step equals
+    # one backward over the minibatch (every loss_agg mode); left out of the cell id. Also the
+    # scoring passes', Stage 1's and the warm start's.
     micro_batch_size: int = field(default=16, metadata={"ge": 1})
+    # Token budget of a micro-batch (verl's use_dynamic_bsz): sequences sorted by length share
+    # one while rows x their longest <= this; a longer sequence runs alone. 0 (the default) =
+    # by count (micro_batch_size): on the CPU the budget cut padding (full context) and
+    # forwards (window) for at most 18% more update tokens/s (docs/results/step_cost.md); as a
+    # default it would override the micro_batch_size a study chose for GPU memory. Memory
+    # and speed, not results; left out of the cell id.
+    micro_batch_tokens: int = field(default=0, metadata={"ge": 0})
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ l^skill / l^theta, ETRO's Delta^p, GRPO's ratio).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +31,69 @@ from trainer.models.vision import decoder_states
 # a scoring pass (0.6 GB at Qwen2.5's 152k vocabulary), and in the backward pass the largest
 # recomputed one.
 HEAD_CHUNK = 1024
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """How a pass cuts its sequences into micro-batches (one forward, and with gradient one
+    backward, each): longest first, right-padded to the micro-batch's longest.
+
+    ``tokens`` > 0: by token budget (verl's ``use_dynamic_bsz``): a micro-batch takes the next
+    longest sequences while rows x its longest <= ``tokens``; a sequence longer than the
+    budget gets a micro-batch of its own.  Sorted by length, a micro-batch's rows differ
+    little in length, so padding stays small, and many short sequences (window contexts) share
+    one forward instead of ``size`` each.  ``tokens`` = 0: ``size`` sequences each."""
+
+    size: int = 8
+    tokens: int = 0
+
+    @classmethod
+    def of(cls, algo) -> MicroBatching:
+        """The micro-batching of an ``AlgoConfig`` (``micro_batch_size``, ``micro_batch_tokens``)."""
+        return cls(algo.micro_batch_size, algo.micro_batch_tokens)
+
+    def plan(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Indices into ``lengths`` (sequence lengths) grouped into micro-batches, longest first."""
+        if self.size < 1 or self.tokens < 0:
+            raise ValueError(f"micro-batches need size >= 1 and tokens >= 0, got {self.size}, {self.tokens}")
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        if not self.tokens:
+            return [order[i:i + self.size] for i in range(0, len(order), self.size)]
+        parts: list[list[int]] = []
+        for i in order:  # a part's first row is its longest: its padded size is rows x that length
+            if parts and (len(parts[-1]) + 1) * lengths[parts[-1][0]] <= self.tokens:
+                parts[-1].append(i)
+            else:
+                parts.append([i])
+        return parts
+
+
+@dataclass
+class PaddingCount:
+    """The micro-batches a set of passes ran: ``tokens`` real, ``computed`` = rows x padded
+    width summed over them.  ``perf/pad_share`` = 1 - tokens / computed."""
+
+    micro_batches: int = 0
+    tokens: int = 0
+    computed: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        share = 1.0 - self.tokens / self.computed if self.computed else 0.0
+        return {"perf/pad_share": share, "perf/micro_batches": float(self.micro_batches)}
+
+
+_COUNTS: list[PaddingCount] = []  # the open counting() contexts; every micro-batch adds to each
+
+
+@contextlib.contextmanager
+def counting(count: PaddingCount) -> Iterator[PaddingCount]:
+    """Add every micro-batch scored inside the context (any model, with or without gradient)
+    to ``count``."""
+    _COUNTS.append(count)
+    try:
+        yield count
+    finally:
+        _COUNTS.remove(count)
 
 
 @dataclass
@@ -91,6 +154,10 @@ def _score_micro_batch(
     ``rows``: the micro-batch's rows of ``topk.ids``; ``vision``: the codec of the rows'
     images (:func:`trainer.vision.decoder_states`)."""
     ids, attn, act = _right_pad(batch, model.device)  # [n, L] each
+    for count in _COUNTS:
+        count.micro_batches += 1
+        count.tokens += sum(len(s) for s in batch)
+        count.computed += ids.numel()
     images = [image for seq in batch for image in seq.images]
     hidden = decoder_states(model, ids, attn, images, vision)  # [n, L, H]; no KV cache filled
     where = act[:, 1:].bool()  # [n, L-1]: hidden state j predicts token j+1
@@ -162,7 +229,7 @@ def _scatter(where: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 def sequence_logprobs(
     model: PreTrainedModel,
     batch: Sequence[TokenSequence],
-    micro_batch: int = 8,
+    micro_batch: int | MicroBatching = 8,
     *,
     grad: bool = False,
     with_entropy: bool = True,
@@ -179,25 +246,26 @@ def sequence_logprobs(
 
     Returns ``(logp [N, L], entropy [N, L] or None)`` in float32, L = the longest sequence,
     zeros off each sequence's ``action_mask``.  Sequences are grouped by length into
-    micro-batches of ``micro_batch`` rows (right padding, attention masks) and returned in
-    input order.  ``grad=False`` runs under ``torch.no_grad``.  The vocabulary projection
-    runs on at most ``head_chunk`` positions at a time, bounding the [k, V] float32 buffer.
+    micro-batches (right padding, attention masks) as ``micro_batch`` says
+    (:class:`MicroBatching`; an int: that many rows each) and returned in input order.
+    ``grad=False`` runs under ``torch.no_grad``.  The vocabulary projection runs on at most
+    ``head_chunk`` positions at a time, bounding the [k, V] float32 buffer.
     Assumes logits = output_embeddings(last_hidden_state), true for Qwen2/Llama/SmolLM2.
     """
     if not batch:
         raise ValueError("sequence_logprobs needs at least one sequence")
-    if micro_batch < 1 or head_chunk < 1:
+    if isinstance(micro_batch, int):
+        micro_batch = MicroBatching(size=micro_batch)
+    if micro_batch.size < 1 or head_chunk < 1:
         raise ValueError(
-            f"micro_batch and head_chunk must be >= 1, got {micro_batch}, {head_chunk}"
+            f"micro_batch and head_chunk must be >= 1, got {micro_batch.size}, {head_chunk}"
         )
     temperature = temperature if temperature > 0 else 1.0
     width = max(len(s) for s in batch)
-    order = sorted(range(len(batch)), key=lambda i: -len(batch[i]))
     logps, ents = [None] * len(batch), [None] * len(batch)
     tops, top_ids = [None] * len(batch), [None] * len(batch)
     with contextlib.nullcontext() if grad else torch.no_grad(), autocast(model):
-        for start in range(0, len(order), micro_batch):
-            rows = order[start : start + micro_batch]
+        for rows in micro_batch.plan([len(s) for s in batch]):
             logp, ent, extra = _score_micro_batch(
                 model, [batch[i] for i in rows], with_entropy, head_chunk, topk, rows, temperature,
                 vision,
@@ -361,7 +429,7 @@ def score_trajectories(
     builder: SampleBuilder,
     trajectories: Sequence[Trajectory],
     skills: Sequence[str | None] | None = None,
-    micro_batch: int = 8,
+    micro_batch: int | MicroBatching = 8,
     *,
     grad: bool = False,
     with_entropy: bool = True,

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import assert_same_actions
-from trainer.episodes.scoring import score_trajectories
+from trainer.episodes.scoring import MicroBatching, score_trajectories
 from trainer.models.generation import request_seed
 from trainer.run.components import Components
 from trainer.stages.rl import budgeted_texts
@@ -68,7 +68,7 @@ def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict[str, float]:
         return out
     phase("score")
     trajs, texts = [played[i] for i in rows], [skills[i] for i in rows]
-    score = {"micro_batch": cfg.algo.micro_batch_size, "with_entropy": False,
+    score = {"micro_batch": MicroBatching.of(cfg.algo), "with_entropy": False,
              "temperature": cfg.rollout.temperature}
     student, student_seq = score_trajectories(ctx.model, ctx.builder, trajs, None, **score)
     teacher, teacher_seq = score_trajectories(ctx.model, ctx.builder, trajs, None, added_skills=texts, **score)

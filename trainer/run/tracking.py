@@ -64,7 +64,8 @@ TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 # micro-batch size, the external writer's concurrency, the data-parallel ranks), so a
 # relaunch keeps its cells.
 CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages.warm_start.cache_dir",
-                "model.vllm", "algo.micro_batch_size", "writer.concurrency", "parallel")
+                "model.vllm", "algo.micro_batch_size", "algo.micro_batch_tokens", "writer.concurrency",
+                "parallel")
 
 
 # Fields added to the config after studies were recorded, with the default those studies ran

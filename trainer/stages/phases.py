@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 
+from trainer.episodes.scoring import PaddingCount, counting
+
 
 @dataclass
 class PhaseTimer:
     """Wall time per named phase (``time/<phase>_s``) and, with a ``memory`` probe, the
-    memory each phase held (``memory/<phase>_reserved_gib``, ``memory/<phase>_used_gib``).
+    memory each phase held (``memory/<phase>_reserved_gib``, ``memory/<phase>_used_gib``);
+    ``padding`` counts the micro-batches the phases score (``perf/pad_share``,
+    ``perf/micro_batches``).
 
     Phases nest and stay disjoint: an inner phase's time is charged to it alone (the
     current-policy teacher's passes inside the update count as ``teacher``, not ``update``),
@@ -33,6 +37,7 @@ class PhaseTimer:
     seconds: dict[str, float] = field(default_factory=dict)
     sync: Callable[[], None] | None = None
     memory: MemoryProbe | None = None
+    padding: PaddingCount = field(default_factory=PaddingCount)  # the micro-batches the phases score
     peaks: dict[str, tuple[float, float]] = field(default_factory=dict)  # phase -> (reserved, used) bytes
     _inner: list[float] = field(default_factory=list, repr=False)  # per open phase: its inner phases' time
     _reserved: list[float] = field(default_factory=list, repr=False)  # per open phase: its peak so far
@@ -45,7 +50,8 @@ class PhaseTimer:
         start = time.perf_counter()
         self._inner.append(0.0)
         try:
-            yield
+            with counting(self.padding) if len(self._inner) == 1 else nullcontext():  # once when nested
+                yield
         finally:
             if self.sync is not None:
                 self.sync()

@@ -40,6 +40,7 @@ from trainer.episodes.samples import Trajectory, assert_same_actions, cut_skill,
 from trainer.episodes.scoring import (
     ActionBatch,
     ActionIndex,
+    MicroBatching,
     TopK,
     action_index,
     from_actions,
@@ -142,7 +143,7 @@ def skill_texts(ctx: Components, context: str, batch: StepBatch) -> list[str | N
 
 def _score(ctx: Components, model, trajectories, skills, grad=False, entropy=False) -> tuple[ActionBatch, list]:
     """Scored [B, T] action tokens and the sequences they came from."""
-    return score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=ctx.cfg.algo.micro_batch_size,
+    return score_trajectories(model, ctx.builder, trajectories, skills, micro_batch=MicroBatching.of(ctx.cfg.algo),
                               grad=grad, with_entropy=entropy, temperature=ctx.cfg.rollout.temperature)
 
 
@@ -164,7 +165,7 @@ def _teacher_scores(ctx: Components, model, batch: StepBatch, context: str, stud
     student = batch.rollout_skills or [None] * len(batch.trajectories)
     teacher, teacher_seq = score_trajectories(
         model, ctx.builder, [batch.trajectories[i] for i in rows], [student[i] for i in rows],
-        micro_batch=ctx.cfg.algo.micro_batch_size, added_skills=[added[i] for i in rows], with_entropy=False,
+        micro_batch=MicroBatching.of(ctx.cfg.algo), added_skills=[added[i] for i in rows], with_entropy=False,
         top_k=top_k,
         temperature=ctx.cfg.rollout.temperature)
     assert_same_actions(student_seq, teacher_seq)
@@ -301,16 +302,11 @@ def _plan(ctx: Components, batch: StepBatch, rows: list[int]) -> _Minibatch:
     return _Minibatch(student, teacher, action_index(student, len(held)), traj_rows, weights)
 
 
-def micro_batches(sequences, size: int) -> list[list[int]]:
-    """Indices of ``sequences`` in groups of at most ``size``, longest first (less padding)."""
-    order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
-    return [order[i:i + size] for i in range(0, len(order), size)]
-
-
 def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseTimer,
                record: bool = False, key: str = "") -> tuple[dict[str, float], bool]:
-    """One PPO minibatch: forward and backward per micro-batch of ``algo.micro_batch_size``
-    sequences (gradient accumulation), each micro-batch's loss weighted by its tokens' share
+    """One PPO minibatch: forward and backward per micro-batch (``algo.micro_batch_tokens`` or
+    ``algo.micro_batch_size``, :class:`~trainer.episodes.scoring.MicroBatching`; gradient
+    accumulation), each micro-batch's loss weighted by its tokens' share
     of the minibatch's aggregation (``algo.loss_agg``), so the accumulated gradient is that of
     one backward over the minibatch; then the Stage-1 writer replay when it is on
     (:func:`~trainer.stages.skill_sft.replay_backward`, its draw named by ``key``) and one
@@ -318,13 +314,14 @@ def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseT
     ``batch.deltas`` (the per-turn records read it).
 
     Data parallel: every rank runs as many micro-batches as the busiest one (the extra ones
-    repeat one of its sequences at weight 0), the finite check and the metrics are global."""
+    repeat one of its sequences at weight 0; a token budget cuts each rank's sequences into
+    its own number of them), the finite check and the metrics are global."""
     cfg = ctx.cfg
     plan = _plan(ctx, batch, rows)
     ctx.optimizer.zero_grad(set_to_none=True)
     totals: dict[str, float] = {}
     tokens = 0.0
-    parts = micro_batches(plan.student, cfg.algo.micro_batch_size) if rows else []
+    parts = MicroBatching.of(cfg.algo).plan([len(s) for s in plan.student]) if rows else []
     padding = most(len(parts)) - len(parts)
     for i, part in enumerate(parts + [[0]] * padding):
         real = i < len(parts)

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 import torch
 
 from trainer.episodes.samples import TokenSequence, Trajectory
-from trainer.episodes.scoring import sequence_logprobs
+from trainer.episodes.scoring import MicroBatching, sequence_logprobs
 from trainer.hindsight.analyzer import analyzer_target
 from trainer.hindsight.writers import writer_input
 from trainer.models.chat import encode
-from trainer.parallel.batches import blocks
+from trainer.parallel.batches import blocks, most
 from trainer.parallel.group import all_sum, rank
 from trainer.run.components import Components
 
@@ -64,17 +64,17 @@ def sft(
     grad_clip: float = 1.0,
     progress=None,
     vision=None,
-    micro_batch: int | None = None,
+    micro_batch: int | MicroBatching | None = None,
 ) -> dict[str, float]:
     """Fine-tune ``model`` in place (AdamW, :func:`warmup_cosine` schedule); ``vision``: the
     codec of the examples' images (:mod:`trainer.vision`); ``progress``: a tqdm bar advanced
     once per optimizer step (one opened without a total gets this call's); ``micro_batch``:
-    examples per forward and backward (gradient accumulation; the step is the batch's, each
-    micro-batch's NLL weighted by its share of the batch's target tokens), None = the
-    batch.  Returns ``{"sft/loss_first", "sft/loss_last", "sft/examples", "sft/tokens"}``
-    (mean loss of the first and the last epoch).  Data parallel: every rank calls it with the
-    same ``examples`` on the sharded ``model`` (AdamW over its shards) and trains its block
-    of each minibatch (module docstring)."""
+    examples (or a :class:`MicroBatching`) per forward and backward (gradient accumulation;
+    the step is the batch's, each micro-batch's NLL weighted by its share of the batch's
+    target tokens), None = the batch.  Returns ``{"sft/loss_first", "sft/loss_last",
+    "sft/examples", "sft/tokens"}`` (mean loss of the first and the last epoch).  Data
+    parallel: every rank calls it with the same ``examples`` on the sharded ``model`` (AdamW
+    over its shards) and trains its block of each minibatch (module docstring)."""
     if not examples:
         raise ValueError("sft: no examples")
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -109,35 +109,35 @@ def sft(
     }
 
 
-def nll_backward(model, batch: Sequence[TokenSequence], *, scale: float = 1.0, micro_batch: int | None = None,
-                 vision=None, split: bool = False) -> float:
+def nll_backward(model, batch: Sequence[TokenSequence], *, scale: float = 1.0,
+                 micro_batch: int | MicroBatching | None = None, vision=None, split: bool = False) -> float:
     """Backpropagate ``scale`` times the token-mean NLL of ``batch``'s target tokens into
-    ``model``'s gradients (accumulated, ``micro_batch`` sequences a forward, each micro-batch
-    weighted by its share of the batch's target tokens); returns the NLL (unscaled).
+    ``model``'s gradients (accumulated, a forward per micro-batch of ``micro_batch``, an int
+    being that many sequences, None the whole batch; each micro-batch weighted by its share
+    of the batch's target tokens); returns the NLL (unscaled).
 
     ``split``: ``batch`` is the same on every rank, and this rank backpropagates its block
     of it (:func:`~trainer.parallel.batches.blocks`) over the whole batch's target tokens
     (the ranks' summed gradients are the batch's); it returns its block's share of the NLL.
-    Every rank runs as many micro-batches as the busiest one (the extra ones weigh 0), so
-    that a sharded model's collectives pair up."""
+    Every rank runs as many micro-batches as the busiest one (the extra ones repeat a
+    sequence at weight 0), so that a sharded model's collectives pair up."""
     targets = max(1, sum(sum(s.action_mask) for s in batch))
-    size = micro_batch or max(1, len(batch))
-    spans = blocks(len(batch)) if split else [(0, len(batch))]
-    lo, hi = spans[rank()] if split else spans[0]
-    chunks = [batch[i:min(i + size, hi)] for i in range(lo, hi, size)]
-    busiest = max(math.ceil((b - a) / size) for a, b in spans)
+    if micro_batch is None or isinstance(micro_batch, int):
+        micro_batch = MicroBatching(size=micro_batch or max(1, len(batch)))
+    lo, hi = blocks(len(batch))[rank()] if split else (0, len(batch))
+    parts = [[lo + j for j in part] for part in micro_batch.plan([len(s) for s in batch[lo:hi]])]
     loss = 0.0
-    for i, chunk in enumerate(chunks + [batch[:1]] * (busiest - len(chunks))):
+    for i, part in enumerate(parts + [[0]] * (most(len(parts)) - len(parts))):
+        chunk = [batch[j] for j in part]
         logp, _ = sequence_logprobs(model, chunk, micro_batch=len(chunk), grad=True, with_entropy=False,
                                     vision=vision)  # [n, L]
         pad = torch.nn.functional.pad
         mask = torch.stack([pad(torch.tensor(s.action_mask, dtype=logp.dtype), (0, logp.shape[1] - len(s)))
                             for s in chunk]).to(logp.device)  # [n, L]
         piece = -(logp * mask).sum() / targets  # this chunk's share of the batch's token-mean NLL
-        if i >= len(chunks):  # a micro-batch that only pairs the collectives
-            piece = piece * 0.0
-        (piece * scale).backward()
-        loss += piece.item()
+        real = i < len(parts)  # else a micro-batch that only pairs the collectives
+        (piece * (scale if real else 0.0)).backward()
+        loss += piece.item() if real else 0.0
     return loss
 
 

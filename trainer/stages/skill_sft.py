@@ -17,6 +17,7 @@ import random
 from envs.base import demo_policy, error_turn, run_episode
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import Trajectory
+from trainer.episodes.scoring import MicroBatching
 from trainer.hindsight.writers import ExternalWriter, OracleWriter
 from trainer.models.generation import request_seed
 from trainer.parallel.batches import share_block
@@ -51,7 +52,7 @@ def skill_sft(ctx: Components, progress=None) -> dict[str, float]:
     if examples:
         metrics.update(sft(ctx.model, examples, epochs=st.epochs, lr=st.lr, batch_size=st.batch_size,
                            seed=cfg.seed, progress=progress, vision=ctx.builder.vision,
-                           micro_batch=cfg.algo.micro_batch_size))
+                           micro_batch=MicroBatching.of(cfg.algo)))
         if st.replay > 0:
             ctx.replay = examples
     return metrics
@@ -70,7 +71,7 @@ def replay_backward(ctx: Components, key: str) -> dict[str, float]:
         return {}
     rng = random.Random(f"replay:{ctx.cfg.seed}:{key}:{rank()}")
     drawn = [ctx.replay[i] for i in rng.sample(range(len(ctx.replay)), min(st.replay_batch, len(ctx.replay)))]
-    nll = nll_backward(ctx.model, drawn, scale=st.replay / world(), micro_batch=ctx.cfg.algo.micro_batch_size,
+    nll = nll_backward(ctx.model, drawn, scale=st.replay / world(), micro_batch=MicroBatching.of(ctx.cfg.algo),
                        vision=ctx.builder.vision)
     return {"loss/replay": all_sum([nll])[0] / world()}
 

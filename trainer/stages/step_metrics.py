@@ -49,6 +49,9 @@ def step_metrics(ctx: Components, batch: StepBatch, timer: PhaseTimer) -> dict[s
     # and update reads about as much), images included (model.max_image_tokens bounds each)
     metrics["perf/context_tokens"] = float(batch.context_tokens)
     metrics["perf/image_tokens"] = float(batch.image_tokens)
+    # the step's scoring and update micro-batches (reference, teacher and replay included):
+    # padded tokens over computed ones, and how many forwards ran
+    metrics.update(timer.padding.metrics())
     metrics.update(timer.metrics())
     return metrics
 

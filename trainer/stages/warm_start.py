@@ -18,6 +18,7 @@ import envs
 from envs.base import Episode, Task, TextEnv, demo_policy, run_episode
 from envs.oracle import Oracle
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
+from trainer.episodes.scoring import MicroBatching
 from trainer.parallel.checkpoint import export_model
 from trainer.parallel.group import is_main
 from trainer.parallel.shard import is_sharded
@@ -62,7 +63,7 @@ def warm_start(ctx: Components, progress=None) -> dict[str, float]:
             examples.append(writer_example(ctx, episode, oracle.write(episode)))
     metrics = sft(ctx.model, examples, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size,
                   seed=cfg.seed, progress=progress, vision=ctx.builder.vision,
-                  micro_batch=cfg.algo.micro_batch_size)
+                  micro_batch=MicroBatching.of(cfg.algo))
     return {k.replace("sft/", "warm/"): v for k, v in metrics.items()}
 
 

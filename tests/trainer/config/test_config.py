@@ -28,8 +28,8 @@ from trainer.config import (
 from trainer.run.resolve import load_config, resolve
 
 ALGO_KEYS = ("adv_eps, beta_opd, clip_eps, clip_ratio_c, grad_clip, kl_clamp, kl_coef, lambda_opd, "
-             "loss_agg, lr, method, micro_batch_size, minibatch_size, opsd_top_k, ppo_epochs, rlsd_bound, "
-             "rlsd_decay_steps, std_mode, suffix_skill, suffix_weight, teacher, weight_decay")
+             "loss_agg, lr, method, micro_batch_size, micro_batch_tokens, minibatch_size, opsd_top_k, ppo_epochs, "
+             "rlsd_bound, rlsd_decay_steps, std_mode, suffix_skill, suffix_weight, teacher, weight_decay")
 
 
 @pytest.fixture

@@ -9,7 +9,14 @@ import torch
 from envs.base import Episode, Task, Turn, format_response
 from support.tiny import SMALL
 from trainer.episodes.samples import SampleBuilder, TokenSequence, Trajectory
-from trainer.episodes.scoring import collate_actions, score_trajectories, sequence_logprobs
+from trainer.episodes.scoring import (
+    MicroBatching,
+    PaddingCount,
+    collate_actions,
+    counting,
+    score_trajectories,
+    sequence_logprobs,
+)
 from trainer.models.backbones import build_tiny_model, train_tokenizer
 from trainer.models.chat import encode
 
@@ -110,6 +117,41 @@ def test_batched_equals_looped(tokenizer, model):
         torch.testing.assert_close(batched[n, : len(seq)], alone[0])
         torch.testing.assert_close(ent_b[n, : len(seq)], ent_a[0])
         assert not batched[n, len(seq) :].any()
+
+
+def test_micro_batches_by_count_and_by_token_budget():
+    lengths = [5, 12, 3, 7, 7, 20]  # longest first: rows 5, 1, 3, 4, 0, 2
+    assert MicroBatching(size=4).plan(lengths) == [[5, 1, 3, 4], [0, 2]]
+    # 24 tokens: 20 alone (2 x 20 > 24), 12 + 7 (2 x 12), then 7 + 5 + 3 (3 x 7 = 21; a fourth row is none)
+    assert MicroBatching(size=4, tokens=24).plan(lengths) == [[5], [1, 3], [4, 0, 2]]
+    # 10 tokens: 20 and 12 over the budget, each alone; 7, 7 alone (2 x 7 > 10); 5 + 3 (2 x 5)
+    assert MicroBatching(tokens=10).plan(lengths) == [[5], [1], [3], [4], [0, 2]]
+    assert MicroBatching(tokens=1000).plan(lengths) == [[5, 1, 3, 4, 0, 2]]
+    assert MicroBatching(tokens=24).plan([]) == []
+    with pytest.raises(ValueError, match="size >= 1 and tokens >= 0, got 8, -1"):
+        MicroBatching(tokens=-1).plan(lengths)
+
+
+def test_token_budget_scores_as_the_count_does_and_counts_its_padding(tokenizer, model):
+    builder = SampleBuilder(tokenizer, FakeEnv(), "window", history_window=2)
+    seqs = builder.build_batch([make_traj(tokenizer, n, seed=n) for n in (1, 4, 2)])
+    lengths = [len(s) for s in seqs]
+    budget = 3 * max(lengths)  # the longest two share one with a shorter one
+    plan = MicroBatching(tokens=budget).plan(lengths)
+    assert len(plan) < len(seqs)  # some sequences share a micro-batch
+    counts = PaddingCount(), PaddingCount()
+    with counting(counts[0]):
+        one, ent_one = sequence_logprobs(model, seqs, micro_batch=1)
+    with counting(counts[1]):
+        packed, ent_packed = sequence_logprobs(model, seqs, micro_batch=MicroBatching(tokens=budget))
+    torch.testing.assert_close(packed, one)
+    torch.testing.assert_close(ent_packed, ent_one)
+    assert (counts[0].micro_batches, counts[0].tokens, counts[0].computed) == (len(seqs), sum(lengths), sum(lengths))
+    computed = sum(len(p) * max(lengths[i] for i in p) for p in plan)
+    assert (counts[1].micro_batches, counts[1].tokens, counts[1].computed) == (len(plan), sum(lengths), computed)
+    assert counts[1].metrics() == {"perf/pad_share": pytest.approx(1 - sum(lengths) / computed),
+                                   "perf/micro_batches": float(len(plan))}
+    assert counts[0].metrics()["perf/pad_share"] == 0.0 < counts[1].metrics()["perf/pad_share"]
 
 
 def test_head_chunking_and_sequences_without_actions(tokenizer, model):

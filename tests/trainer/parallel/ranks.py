@@ -129,8 +129,11 @@ def _one_update(ctx, batch):
 def job_update(out: str, args: dict) -> None:
     """For every case: the one-process update (before the process group exists), then the
     same update on ``world`` ranks holding their block of whole groups; the max abs weight
-    difference after the update and the loss metrics of both."""
+    difference after the update and the loss metrics of both.  ``tokens``: the ranks cut
+    micro-batches by that token budget (the one process by ``micro`` sequences), and count
+    the update's micro-batch plans whose number another rank exceeded (``uneven``)."""
     import trainer.parallel.batches as batches
+    import trainer.stages.rl as rl
     from trainer.parallel.group import rank, world
     from trainer.parallel.run import shard_policy
     from trainer.parallel.shard import full_tensors
@@ -159,8 +162,22 @@ def job_update(out: str, args: dict) -> None:
         mine = list(range(rank() * share, (rank() + 1) * share))  # whole groups: 3 rows each
         ranked = copy.copy(ctx)
         ranked.model, ranked.reference = copy.deepcopy(start[0]), copy.deepcopy(start[1])
+        if args.get("tokens"):
+            ranked.cfg = dataclasses.replace(ctx.cfg, algo=dataclasses.replace(
+                ctx.cfg.algo, micro_batch_tokens=args["tokens"]))
         shard_policy(ranked)
-        got, got_grads = _one_update(ranked, _rows(copy.deepcopy(batch), mine, n))
+        uneven = []
+
+        def most(count: int, seen: list = uneven) -> int:  # the update's pairing of micro-batch counts
+            top = batches.most(count)
+            seen.append(top > count)
+            return top
+
+        rl.most = most
+        try:
+            got, got_grads = _one_update(ranked, _rows(copy.deepcopy(batch), mine, n))
+        finally:
+            rl.most = batches.most
         assert len(got_grads) == len(grads), (len(got_grads), len(grads))
         grad_diff = max(float((b[k] - a[k]).abs().max() / a[k].abs().max().clamp(min=1e-12))
                         for a, b in zip(grads, got_grads) for k in a)
@@ -172,7 +189,8 @@ def job_update(out: str, args: dict) -> None:
         results.append({"case": case, "max_abs_diff": diff, "moved": moved, "grad_rel_diff": grad_diff,
                         "moved_base": max(v for k, v in change.items() if ".lora_" not in k),
                         "grad_names": sorted({n for g in got_grads for n in g}),
-                        "loss_single": metrics.get("loss/total"), "loss_ranks": got.get("loss/total")})
+                        "loss_single": metrics.get("loss/total"), "loss_ranks": got.get("loss/total"),
+                        "uneven": sum(uneven)})
     _write(out, "update", results)
 
 
@@ -453,8 +471,44 @@ def job_reference(out: str, args: dict) -> None:
         "logits_max_diff": float((got - expected).abs().max())})
 
 
+# ---- job "nll": the SFT stages' backward on a sharded model, ranks cutting unequal micro-batch counts
+
+
+def job_nll(out: str, args: dict) -> None:
+    """:func:`trainer.stages.sft.nll_backward` by a token budget on two ranks whose examples
+    pack into 3 and 1 micro-batches: the summed gradients of the sharded model against one
+    process running both ranks' calls (relative max difference)."""
+    import torch
+
+    from trainer.episodes.samples import TokenSequence
+    from trainer.episodes.scoring import MicroBatching
+    from trainer.models.backbones import load_pretrained
+    from trainer.parallel.shard import shard
+    from trainer.stages.sft import nll_backward
+    from trainer.stages.warm_start import bundle_path
+
+    def example(n: int) -> TokenSequence:
+        return TokenSequence(tuple(range(5, 5 + n)), (0,) * 3 + (1,) * (n - 3), (-1,) * 3 + (0,) * (n - 3))
+
+    shares = [[example(n) for n in (9, 14, 6, 11)], [example(n) for n in (8, 7)]]
+    budget = MicroBatching(tokens=20)  # rank 0: [14], [11], [9, 6]; rank 1: [8, 7]
+    single, _ = load_pretrained(str(bundle_path("ezpoints")), torch.float32, "cpu")
+    model = copy.deepcopy(single)
+    for share in shares:
+        nll_backward(single, share, micro_batch=budget)
+    expected = {n: p.grad.clone() for n, p in single.named_parameters()}
+    _init()
+    rank = int(os.environ["RANK"])
+    shard(model)
+    nll_backward(model, shares[rank], micro_batch=budget)
+    got = {n: p.grad.full_tensor() for n, p in model.named_parameters(remove_duplicate=False)}
+    _write(out, "nll", {"plans": [len(budget.plan([len(s) for s in share])) for share in shares],
+                        "grad_rel_diff": max(float((got[n] - g).abs().max() / g.abs().max().clamp(min=1e-12))
+                                             for n, g in expected.items())})
+
+
 JOBS = {"update": job_update, "stage1": job_stage1, "train": job_train, "generate": job_generate, "heads": job_heads,
-        "reference": job_reference}
+        "reference": job_reference, "nll": job_nll}
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from trainer.algos import LOSS_AGGS
 RANKS = Path(__file__).parent / "ranks.py"
 CASES = ([[m, agg, k, "full"] for m in ("grpo", "seed", "etro") for agg in LOSS_AGGS for k in (1, 2)]
          + [["etro", "seq-mean-token-mean", 2, "window"], ["grpo_opsd", "token-mean", 2, "full"]])
+TOKEN_BUDGET = 2700  # full contexts: three micro-batches on rank 0 (929 and 814 tokens), two on rank 1 (875, 770)
 
 
 def run_update(out: Path, **args) -> list[dict]:
@@ -62,3 +63,37 @@ def test_local_counts_break_the_equivalence(tmp_path):
     """The check can fail: weights from each rank's own counts differ in every case."""
     for r in run_update(tmp_path, break_weighting=True):
         assert r["grad_rel_diff"] > 0.5 or r["max_abs_diff"] > 1e-4, r
+
+
+@pytest.mark.slow
+def test_two_ranks_with_a_token_budget_equal_one_process_by_count(tmp_path):
+    """Micro-batches by token budget on the ranks give today's one-process step (micro-batches
+    of two sequences): a rank whose sequences pack into fewer micro-batches than another's
+    pads with zero-weight ones, so that the sharded model's collectives pair up."""
+    cases = [[m, agg, 1, mode] for m in ("grpo", "seed", "etro") for agg in LOSS_AGGS for mode in ("full", "window")]
+    payload = json.dumps({"cases": cases, "tokens": TOKEN_BUDGET})
+    subprocess.run([sys.executable, str(RANKS), "launch", "2", "update", str(tmp_path), payload], check=True,
+                   timeout=900)
+    results, other = (json.loads((tmp_path / f"update_rank{r}.json").read_text()) for r in (0, 1))
+    assert [r["case"] for r in results] == cases
+    for r, r1 in zip(results, other):
+        r["uneven"] += r1["uneven"]
+        print(f"{r['case']}: weights {r['max_abs_diff']:.1e}, gradients {r['grad_rel_diff']:.1e}, "
+              f"micro-batch counts raised to another rank's {r['uneven']}")
+        assert r["moved"] > 1e-4, r
+        assert r["max_abs_diff"] < 1e-5 and r["grad_rel_diff"] < 1e-5, r
+        assert r["loss_ranks"] == pytest.approx(r["loss_single"], rel=1e-5, abs=1e-7), r
+    assert all(r["uneven"] for r in results if r["case"][3] == "full")  # rank 1 padded its update
+
+
+
+@pytest.mark.slow
+def test_sft_micro_batches_by_token_budget_pair_across_ranks(tmp_path):
+    """Stage 1, its replay and the warm start: ranks whose examples pack into different numbers
+    of micro-batches still pair the sharded model's collectives (without the padding rank 1
+    waits in its second forward for a partner that never comes) and sum to one process's
+    gradients."""
+    subprocess.run([sys.executable, str(RANKS), "launch", "2", "nll", str(tmp_path), "{}"], check=True, timeout=300)
+    result = json.loads((tmp_path / "nll_rank0.json").read_text())
+    assert result["plans"] == [3, 1]
+    assert result["grad_rel_diff"] < 1e-5, result

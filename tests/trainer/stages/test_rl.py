@@ -94,8 +94,8 @@ def test_teacher_logprobs_come_from_the_chosen_weights(base_ctx, restore, monkey
 
 def micro_batch_values(ctx, batch, values):
     """``values`` [B, T] of the step as the update's micro-batches see them, in their order
-    (the first epoch): [n, A] per micro-batch (trainer.rl._plan, micro_batches)."""
-    from trainer.episodes.scoring import gather_actions
+    (the first epoch): [n, A] per micro-batch (trainer.rl._plan, MicroBatching.plan)."""
+    from trainer.episodes.scoring import MicroBatching, gather_actions
 
     n = len(batch.trajectories)
     order = list(range(n))  # the update's minibatch order
@@ -103,7 +103,7 @@ def micro_batch_values(ctx, batch, values):
     size = ctx.cfg.algo.minibatch_size or n
     for start in range(0, n, size):
         plan = rl._plan(ctx, batch, order[start:start + size])
-        for part in rl.micro_batches(plan.student, ctx.cfg.algo.micro_batch_size):
+        for part in MicroBatching.of(ctx.cfg.algo).plan([len(s) for s in plan.student]):
             yield gather_actions(values, plan.index.part(part), plan.traj_rows)
 
 
@@ -445,3 +445,25 @@ def test_lora_scores_its_reference_as_the_base_with_adapters_disabled(base_ctx, 
     assert batch.logp_ref is not None and torch.equal(batch.logp_ref, base)
     assert not torch.equal(policy, base)  # the update moved the policy, not its reference
     assert all(p.requires_grad for n, p in ctx.model.named_parameters() if ".lora_" in n)
+
+
+@pytest.mark.parametrize("tokens", [0, 1_000_000])
+def test_a_step_logs_its_padding_and_micro_batches(base_ctx, restore, tokens):
+    """``perf/micro_batches`` counts the step's forwards (scoring, reference, update) and
+    ``perf/pad_share`` their padded share: none with one sequence a micro-batch; with a budget
+    every sequence fits in, one micro-batch a pass, each padded to the step's longest."""
+    ctx = variant(base_ctx, "grpo", "algo.micro_batch_size=1", f"algo.micro_batch_tokens={tokens}",
+                  "algo.kl_coef=0.01", "algo.ppo_epochs=2", "algo.minibatch_size=0")
+    assert ctx.reference is not None
+    timer = rl.PhaseTimer()
+    batch = rl.collect_batch(ctx, 1, timer)
+    rl.update(ctx, batch, 1, timer)
+    metrics = step_metrics.step_metrics(ctx, batch, timer)
+    lengths = [len(s) for s in ctx.builder.build_batch(batch.trajectories, batch.rollout_skills)]
+    assert len(set(lengths)) > 1  # full contexts of different lengths: one micro-batch pads
+    passes = 2 + ctx.cfg.algo.ppo_epochs  # score, reference, one update a PPO epoch
+    if tokens:
+        assert metrics["perf/micro_batches"] == passes
+        assert metrics["perf/pad_share"] == pytest.approx(1 - sum(lengths) / (len(lengths) * max(lengths)))
+    else:
+        assert (metrics["perf/micro_batches"], metrics["perf/pad_share"]) == (passes * len(lengths), 0.0)

@@ -1,8 +1,8 @@
 """The update's gradient accumulation (trainer/rl.py): a PPO minibatch run as micro-batches
-of one sequence gives the gradients of one backward over the whole minibatch, for GRPO, SEED
-and ETRO (and OPSD's top-k distribution matching), under every ``algo.loss_agg`` mode, with
-one or two PPO minibatches, in both context modes (a window-context trajectory is split
-across micro-batches)."""
+of one sequence, or packed by a token budget, gives the gradients of one backward over the
+whole minibatch, for GRPO, SEED and ETRO (and OPSD's top-k distribution matching), under every
+``algo.loss_agg`` mode, with one or two PPO minibatches, in both context modes (a
+window-context trajectory is split across micro-batches)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 import trainer.stages.rl as rl
 from support.paths import DATA
 from trainer.algos import LOSS_AGGS, get_method
+from trainer.episodes.scoring import MicroBatching
 from trainer.run.resolve import load_config, resolve
 
 MICRO = DATA / "train_micro.yaml"
@@ -50,10 +51,13 @@ def with_method(base, method: str, **algo):
     return ctx
 
 
-def gradients_of_update(ctx, batch, micro_batch_size: int) -> list[list[torch.Tensor]]:
-    """The gradient at each optimizer step of one update, the model restored after it."""
+def gradients_of_update(ctx, batch, micro_batch_size: int, micro_batch_tokens: int = 0,
+                        timer: rl.PhaseTimer | None = None) -> list[list[torch.Tensor]]:
+    """The gradient at each optimizer step of one update, the model restored after it
+    (``timer``: the update's, counting its micro-batches)."""
     state = copy.deepcopy(ctx.model.state_dict())
-    ctx.cfg = dataclasses.replace(ctx.cfg, algo=dataclasses.replace(ctx.cfg.algo, micro_batch_size=micro_batch_size))
+    ctx.cfg = dataclasses.replace(ctx.cfg, algo=dataclasses.replace(
+        ctx.cfg.algo, micro_batch_size=micro_batch_size, micro_batch_tokens=micro_batch_tokens))
     ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=1e-3)
     grads, real_step = [], ctx.optimizer.step
 
@@ -62,7 +66,7 @@ def gradients_of_update(ctx, batch, micro_batch_size: int) -> list[list[torch.Te
         return real_step(*args, **kwargs)
 
     ctx.optimizer.step = step
-    _, finite = rl.update(ctx, batch, 1, rl.PhaseTimer())
+    _, finite = rl.update(ctx, batch, 1, timer or rl.PhaseTimer())
     ctx.model.load_state_dict(state)
     assert finite
     return grads
@@ -85,16 +89,23 @@ CASES = [(m, agg) for m in ("grpo", "seed", "etro") for agg in LOSS_AGGS] + [("g
 def test_micro_batches_accumulate_to_the_minibatch_gradient(contexts, mode, minibatches, method, agg):
     ctx = with_method(contexts[mode], method, loss_agg=agg, minibatch_size=6 // minibatches, kl_coef=0.01)
     batch = with_advantages(rl.collect_batch(ctx, 1, rl.PhaseTimer()))
-    sequences = len(ctx.builder.build_batch(batch.trajectories))
-    assert sequences >= 6 and (mode == "full" or sequences > len(batch.trajectories))
+    lengths = [len(s) for s in ctx.builder.build_batch(batch.trajectories)]
+    assert len(lengths) >= 6 and (mode == "full" or len(lengths) > len(batch.trajectories))
+    budget = 3 * sorted(lengths)[len(lengths) // 2]  # three sequences of the median length
+    packed = MicroBatching(tokens=budget).plan(lengths)
+    assert 1 < len(packed) < len(lengths) and any(len(p) > 2 for p in packed), (lengths, packed)  # no extreme
     whole = gradients_of_update(ctx, batch, micro_batch_size=10_000)  # one backward a minibatch
-    split = gradients_of_update(ctx, batch, micro_batch_size=1)  # one sequence at a time
-    assert len(whole) == len(split) == minibatches
-    for step_whole, step_split in zip(whole, split):
-        assert len(step_whole) == len(step_split) > 0
+    timers = rl.PhaseTimer(), rl.PhaseTimer()  # they count the update's forwards
+    split = gradients_of_update(ctx, batch, micro_batch_size=1, timer=timers[0])  # one sequence at a time
+    by_tokens = gradients_of_update(ctx, batch, micro_batch_size=1, micro_batch_tokens=budget, timer=timers[1])
+    assert timers[1].padding.micro_batches < timers[0].padding.micro_batches  # the budget packed them
+    assert len(whole) == len(split) == len(by_tokens) == minibatches
+    for step_whole, step_split, step_tokens in zip(whole, split, by_tokens):
+        assert len(step_whole) == len(step_split) == len(step_tokens) > 0
         assert max(float(g.abs().max()) for g in step_whole) > 1e-4  # not a vacuous zero gradient
-        for a, b in zip(step_whole, step_split):
+        for a, b, c in zip(step_whole, step_split, step_tokens):
             torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(c, a, atol=1e-6, rtol=1e-5)
 
 
 def test_loss_metrics_of_micro_batches_add_up(contexts):
@@ -114,8 +125,8 @@ def test_loss_metrics_of_micro_batches_add_up(contexts):
 
 
 def test_sft_micro_batches_accumulate_to_the_batch_step(monkeypatch):
-    """The SFT stages (warm start, Stage 1) accumulate too: one example at a time gives the
-    gradient of one backward over the batch."""
+    """The SFT stages (warm start, Stage 1) accumulate too: one example at a time, or
+    examples packed by a token budget, give the gradient of one backward over the batch."""
     from trainer.episodes.samples import TokenSequence
     from trainer.models.backbones import load_pretrained
     from trainer.stages.sft import sft
@@ -132,14 +143,16 @@ def test_sft_micro_batches_accumulate_to_the_batch_step(monkeypatch):
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
     losses = []
-    for micro in (None, 1):
+    assert MicroBatching(tokens=20).plan([9, 14, 6, 11]) == [[1], [3], [0, 2]]
+    for micro in (None, 1, MicroBatching(tokens=20)):
         model, _ = load_pretrained(str(bundle_path("ezpoints")), torch.float32, "cpu")
         metrics = sft(model, examples, epochs=1, lr=1e-3, batch_size=4, seed=0, micro_batch=micro)
         losses.append(metrics["sft/loss_first"])
-    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
-    assert len(grads) == 2
-    for a, b in zip(*grads):
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6) == losses[2]
+    assert len(grads) == 3
+    for a, b, c in zip(*grads):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(c, a, atol=1e-6, rtol=1e-5)
 
 
 def test_the_current_teacher_scores_only_rows_with_a_skill(contexts, monkeypatch):
