@@ -305,12 +305,19 @@ def canonical_json(cfg: Any, exclude: Iterable[str] = ()) -> str:
 
 
 def _drop(d: dict, key: str) -> None:
-    """Remove dotted ``key`` (a leaf or a whole section) from the nested dict ``d``."""
-    node, section = d, ""
+    """Remove dotted ``key`` (a leaf or a whole section) from the nested dict ``d``, and a
+    section this leaves empty (a section added after studies were recorded, all of whose
+    fields are dropped at their defaults, hashes as if it did not exist)."""
+    node, section, path = d, "", []
     for part in key.split("."):
         if not isinstance(node, dict):
             raise ConfigError(f"unknown key {key!r}: {section} is a value, not a section")
         if part not in node:
             raise unknown_key_error(_join(section, part), node, section)
-        parent, node, section = node, node[part], _join(section, part)
+        path.append((node, part))
+        node, section = node[part], _join(section, part)
+    parent, part = path.pop()
     del parent[part]
+    while path and not parent:
+        parent, part = path.pop()
+        del parent[part]

@@ -165,9 +165,9 @@ def _score_micro_batch(
     support = None
     if topk is not None and topk.ids is not None:
         support = topk.ids[list(rows), 1:ids.shape[1]].to(ids.device)[where]  # [K, k]
-    head = _head_logprobs
+    head = head_logprobs
     if torch.is_grad_enabled() and states.requires_grad:
-        head = _recomputed_head  # keeps states, not the [k, V] float32 log-softmax, for backward
+        head = recomputed_head  # keeps states, not the [k, V] float32 log-softmax, for backward
     parts = [
         head(model, states[i : i + head_chunk], targets[i : i + head_chunk], with_entropy,
              topk.k if topk is not None else 0,
@@ -183,7 +183,7 @@ def _score_micro_batch(
     return _scatter(where, token_logp), entropy, extra
 
 
-def _head_logprobs(
+def head_logprobs(
     model: PreTrainedModel, states: torch.Tensor, targets: torch.Tensor, with_entropy: bool,
     top_k: int = 0, support: torch.Tensor | None = None, temperature: float = 1.0,
 ):
@@ -205,13 +205,13 @@ def _head_logprobs(
     return token_logp, entropy
 
 
-def _recomputed_head(model, states, targets, with_entropy, top_k=0, support=None, temperature=1.0):
-    """:func:`_head_logprobs` under activation checkpointing: autograd keeps the chunk's
+def recomputed_head(model, states, targets, with_entropy, top_k=0, support=None, temperature=1.0):
+    """:func:`head_logprobs` under activation checkpointing: autograd keeps the chunk's
     hidden states [k, H] and recomputes the logits in the backward pass, instead of keeping
     the float32 [k, V] log-softmax of every chunk (5 GB for 8k tokens at Qwen2.5's 152k
     vocabulary).  Same values and gradients; ids come back as they are."""
     def run(chunk):
-        return _head_logprobs(model, chunk, targets, with_entropy, top_k, support, temperature)
+        return head_logprobs(model, chunk, targets, with_entropy, top_k, support, temperature)
     return checkpoint(run, states, use_reentrant=False)
 
 

@@ -50,7 +50,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from transformers import AutoModelForCausalLM
 
 from trainer.config import RunConfig
-from trainer.episodes.scoring import HEAD_CHUNK, _head_logprobs, _recomputed_head
+from trainer.episodes.scoring import HEAD_CHUNK, head_logprobs, recomputed_head
 from trainer.models.backbones import resolve_dtype
 from trainer.models.precision import MASTER_DTYPE, autocast, set_compute_dtype
 from trainer.models.vision import decoder_states
@@ -118,7 +118,7 @@ class _Scoring(torch.nn.Module):
         hidden = decoder_states(self.model, ids, None)  # [n, L, H]; no padding: no mask
         states = hidden[:, -self.scored - 1:-1].reshape(-1, hidden.shape[-1])  # [n * scored, H]
         targets = ids[:, -self.scored:].reshape(-1)  # [n * scored]
-        head = _recomputed_head if torch.is_grad_enabled() else _head_logprobs
+        head = recomputed_head if torch.is_grad_enabled() else head_logprobs
         parts = [head(self.model, states[i:i + HEAD_CHUNK], targets[i:i + HEAD_CHUNK], self.entropy)
                  for i in range(0, len(targets), HEAD_CHUNK)]
         return [torch.cat([p[0] for p in parts]), *([torch.cat([p[1] for p in parts])] if self.entropy else [])]

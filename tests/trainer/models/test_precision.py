@@ -122,13 +122,13 @@ def test_the_lm_head_keeps_no_float32_vocabulary_tensor_for_backward():
     model.zero_grad()
     from trainer.episodes import scoring
 
-    real = scoring._recomputed_head
-    scoring._recomputed_head = scoring._head_logprobs  # the head without recomputation
+    real = scoring.recomputed_head
+    scoring.recomputed_head = scoring.head_logprobs  # the head without recomputation
     try:
         logp, _ = sequence_logprobs(model, batch, grad=True, with_entropy=False)
         logp.sum().backward()
     finally:
-        scoring._recomputed_head = real
+        scoring.recomputed_head = real
     for a, p in zip(recomputed, model.parameters()):
         torch.testing.assert_close(a, p.grad)
 
