@@ -12,7 +12,6 @@ import pytest
 
 from support.paths import EXAMPLES
 from trainer.run.resolve import load_config, resolve
-from trainer.run.store import make_client
 
 pytestmark = [
     pytest.mark.vllm, pytest.mark.slow,
@@ -29,24 +28,42 @@ def smollm2_config(tmp_path, *overrides: str):
     return load_config(EZPOINTS, [
         "model.backbone=smollm2-135m", "model.backend=vllm", "model.vllm.kv_cache_gb=0.25",
         "model.max_prompt_tokens=1024", "stages.warm_start.enabled=false", "stages.rl.steps=2",
-        "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=12", "rollout.temperature=1.0",
+        "rollout.tasks_per_step=1", "rollout.group_size=4", "rollout.max_new_tokens=12", "rollout.temperature=1.0",
         "env.max_turns=3",
         "algo.lr=1.0e-4", "algo.minibatch_size=0", "eval.every=0", "eval.max_tasks=1", "eval.temperature=0.0",
         f"output.dir={tmp_path / 'out'}", f"tracking.uri=sqlite:///{tmp_path / 'mlruns.db'}", *overrides])
 
 
 def test_the_engine_follows_smollm2_through_an_update(tmp_path):
-    from trainer.run.loop import train
+    """Step 1 samples from the weights the engine started with; then an AdamW step at lr 1e-3
+    on the NLL of step 1's own samples moves every weight (an untuned SmolLM2 fails every
+    deal, so a GRPO group's rewards tie and its update is zero); step 2's samples come from
+    the pushed weights: their log-probs match the trainer's, and differ from the old weights'
+    by far more (the check can fail)."""
+    import copy
 
-    cfg = smollm2_config(tmp_path)
-    result = train(cfg, progress=False)
-    client = make_client(cfg.tracking.uri)
-    gaps = [m.value for m in sorted(client.get_metric_history(result.run_id, "rollout/logprob_diff_max"),
-                                    key=lambda m: m.step)]
-    assert len(gaps) == 2, gaps  # step 1 from the weights the engine started with, step 2 after an update
-    assert max(gaps) < 1e-3, gaps
-    grad = client.get_metric_history(result.run_id, "update/grad_norm")
-    assert grad and grad[0].value > 0  # the update moved the weights the engine had to follow
+    import torch
+
+    from trainer.run.components import build_components, start_rl
+    from trainer.stages.phases import PhaseTimer
+    from trainer.stages.rl import _score, collect_batch
+    from trainer.stages.sft import nll_backward
+    from trainer.stages.step_metrics import logprob_gap
+
+    ctx = build_components(resolve(smollm2_config(tmp_path)))
+    start_rl(ctx)
+    first = collect_batch(ctx, 1, PhaseTimer())
+    assert logprob_gap(first.trajectories, first.old)["rollout/logprob_diff_max"] < 1e-3
+    before = copy.deepcopy(ctx.model)
+    optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=1e-3)
+    nll_backward(ctx.model, ctx.builder.build_batch(first.trajectories, first.rollout_skills))
+    optimizer.step()
+    second = collect_batch(ctx, 2, PhaseTimer())
+    assert ctx.backend.pushes >= 1
+    assert logprob_gap(second.trajectories, second.old)["rollout/logprob_diff_max"] < 1e-3
+    stale = _score(ctx, before, second.trajectories, second.rollout_skills)[0]
+    moved = float(((stale.logp - second.old.logp).abs() * second.old.mask).max())
+    assert moved > 1e-2, moved  # without the push the engine would have sampled this far off
 
 
 def test_greedy_evaluation_equals_the_transformers_backend(tmp_path):

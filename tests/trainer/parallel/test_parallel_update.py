@@ -46,6 +46,7 @@ def test_two_ranks_update_equals_one_process(tmp_path):
         assert r["loss_ranks"] == pytest.approx(r["loss_single"], rel=1e-5, abs=1e-7), r
 
 
+@pytest.mark.slow  # about 50 s (two gloo ranks); the one-process adapter tests stay in the default suite
 def test_two_ranks_update_lora_adapters_as_one_process(tmp_path):
     """FSDP2 shards a LoRA policy (frozen base, float32 adapters, the reference its base with
     the adapters disabled): the adapters' gradients and weights after two PPO minibatches
