@@ -210,6 +210,10 @@ class KVCache:
         return f"{line}: holds them"
 
 
+def _count(n: float) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+
 def _tokens(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
 
@@ -511,7 +515,7 @@ def describe(plan: MemoryPlan) -> str:
     if plan.workers > 1:
         ranks = f" per rank of {plan.workers}" + (" (a GPU each)" if plan.device == "cuda" else "")
     line = (f"{plan.peak / GIB:.1f} GiB at the peak ({TITLES[plan.peak_phase]}){ranks} of {plan.device_name()}: "
-            f"{verdict} ({plan.arch.params / 1e9:.2f}B parameters)")
+            f"{verdict} ({_count(plan.arch.params)} parameters)")
     state = 12 * plan.arch.params / plan.workers  # float32 masters and AdamW's two moments
     if state > plan.device_bytes:
         line += (f"; the float32 masters and AdamW moments alone take {state / GIB:.1f} GiB a rank: shard "
