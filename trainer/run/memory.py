@@ -322,8 +322,10 @@ def _layer_bytes(arch: Architecture, c: int) -> float:
     c (5 i + 2.5 kv + 1.5 h) + 28 h bytes, fitted to the tensors autograd saves for a Qwen2
     layer in float32 and under bfloat16 autocast (saved-tensor hooks; PyTorch's SDPA keeps
     no [L, L] scores; the resident set of a float32 CPU run measures about 0.85 of it); a
-    checkpointed layer keeps its float32 input, 4 h."""
-    return c * (5 * arch.intermediate + 2.5 * arch.kv_width + 1.5 * arch.hidden) + 28 * arch.hidden
+    checkpointed layer keeps its float32 input, 4 h.  Under autocast the float32 part is 16.5 h (traced at
+    1.5B's width: 120,888 B, the norms' outputs saved in the compute dtype)."""
+    fp32 = 28 if c == 4 else 16.5
+    return c * (5 * arch.intermediate + 2.5 * arch.kv_width + 1.5 * arch.hidden) + fp32 * arch.hidden
 
 
 def _pass_layer_bytes(arch: Architecture, c: int) -> float:
@@ -339,20 +341,8 @@ CHECKPOINTED_LAYER = 4  # bytes per token and unit of width a checkpointed layer
 def _head_bytes(arch: Architecture, c: int, scored: int, grad: bool) -> float:
     """One LM-head chunk of ``scored`` tokens (at most HEAD_CHUNK): its logits and their
     float32 log-softmax (and, recomputed in the backward pass, its gradient)."""
-    return min(HEAD_CHUNK, scored) * arch.vocab * (c + 4 * (3 if grad else 2))
-
-
-def _training_bytes(arch: Architecture, c: int, sequences: int, length: int, targets: int,
-                    checkpointing: bool) -> float:
-    """Activations of one micro-batch trained on: ``sequences`` of ``length`` tokens with
-    ``targets`` scored tokens each; the last hidden states and their gradient; one LM-head chunk."""
-    tokens = sequences * length
-    layer = tokens * _layer_bytes(arch, c)
-    if checkpointing:  # the layers' inputs, and one layer recomputed
-        kept = tokens * arch.layers * CHECKPOINTED_LAYER * arch.hidden + layer
-    else:
-        kept = arch.layers * layer
-    return kept + tokens * arch.hidden * 4 * 2 + _head_bytes(arch, c, sequences * targets, True)
+    autocast = 8 if grad and c < 4 else 0  # the float32 copy of the logits and its gradient (traced 3.16 GiB at 7B)
+    return min(HEAD_CHUNK, scored) * arch.vocab * (c + 4 * (3 if grad else 2) + autocast)
 
 
 def _scoring_bytes(arch: Architecture, c: int, sequences: int, length: int, targets: int) -> float:
@@ -392,7 +382,6 @@ def plan_memory(cfg: RunConfig, device_gib: float | None = None) -> MemoryPlan:
     trained = adapters or p
     phases = run_phases(cfg)
     later = phases[1:]  # after start-up: the policy is sharded (N > 1)
-    training = tuple(ph for ph in phases if ph in ("warm_start", "stage1", "update"))
     shard = f", 1/{n} a rank" if n > 1 else ""
     more = f"parallel.workers (now {n}): shard over more GPUs" if device == "cuda" else "a smaller model.backbone"
     parts: list[Part] = []
@@ -410,7 +399,6 @@ def plan_memory(cfg: RunConfig, device_gib: float | None = None) -> MemoryPlan:
         add("weights (float32 masters)", 4 * (p + adapters), phases, more)
     add(f"AdamW moments (float32{shard}{lora})", 8 * trained / n, RL_PHASES, more)
     add(f"the stage's own AdamW moments (float32{shard}{lora})", 8 * trained / n, ("warm_start", "stage1"), more)
-    add(f"gradients (float32{shard}{lora})", 4 * trained / n, training, more)
     if device == "cuda":
         add("CUDA context and allocator slack", GPU_RUNTIME_GIB * GIB, phases)
     else:
@@ -419,28 +407,24 @@ def plan_memory(cfg: RunConfig, device_gib: float | None = None) -> MemoryPlan:
         add(f"reference ({name}{shard})", c * p / n, RL_PHASES, "algo.kl_coef=0 (no KL reference)")
     if _snapshot_writer(cfg):
         add(f"writer snapshot ({name}, whole)", c * p, RL_PHASES, "writer.refresh_every=1")
-    if n > 1:  # gathered in the compute dtype: the root from forward to the end of backward, two layers (prefetch)
-        add(f"gathered root and two layers ({name})", c * (arch.root_params + 2 * arch.layer_params), training)
+    if n > 1:
         add(f"gathered policy, whole ({name}; unsharded to score)", c * p, ("score",))
         if cfg.algo.kl_coef > 0 and not adapters:
             add(f"gathered reference, whole ({name}; unsharded to score)", c * p, ("score",))
-    elif c < 4:
-        add(f"autocast weight copies ({name})", c * p, (*training, "score"))
-    _add_training(add, cfg, arch, c)
+    elif c < 4:  # kept by autocast's cache for the whole pass (no backward frees them)
+        add(f"autocast weight copies ({name})", c * p, ("score",))
+    _add_training(add, cfg, arch, c, device, trained, adapters > 0)
     _add_scoring(add, cfg, arch, c)
     kv = _add_generation(add, cfg, arch, c, name, device, device_bytes, phases)
     return MemoryPlan(tuple(parts), device_bytes, arch, n, phases, device, kv)
 
 
-def _add_training(add, cfg: RunConfig, arch: Architecture, c: int) -> None:
-    """The activations of each training phase's micro-batch of its longest sequences (prompt
-    tokens, scored tokens): RL turns (and replayed writer examples), Stage 1's writer examples,
-    the warm start's demonstration turns (a skill in context for ``skill_fraction`` > 0) and
-    writer examples (``writer_fraction`` > 0)."""
+def training_batches(cfg: RunConfig) -> dict[str, tuple[int, int, int]]:
+    """Each training phase's largest micro-batch, ``(sequences, length, scored tokens a sequence)``: RL turns
+    (prompt and response; with ``stages.skill_sft.replay`` the writer's examples too), Stage 1's writer
+    examples (prompt and hindsight), the warm start's demonstration turns (a skill in context for
+    ``skill_fraction`` > 0) and writer examples (``writer_fraction`` > 0)."""
     micro, prompt = cfg.algo.micro_batch_size, cfg.model.max_prompt_tokens
-    ckpt = cfg.model.gradient_checkpointing
-    how = "checkpointed" if ckpt else "no checkpointing"
-    setting = f"algo.micro_batch_size (now {micro})" if ckpt else "model.gradient_checkpointing=true"
     turn = (prompt + cfg.rollout.max_new_tokens, cfg.rollout.max_new_tokens)
     writer = (prompt + cfg.writer.max_new_tokens, cfg.writer.max_new_tokens)
     ws, st = cfg.stages.warm_start, cfg.stages.skill_sft
@@ -448,18 +432,78 @@ def _add_training(add, cfg: RunConfig, arch: Architecture, c: int) -> None:
     shapes = {"update": (micro, [turn, *([writer] if st.replay > 0 else [])]),
               "stage1": (min(st.batch_size, micro), [writer]),
               "warm_start": (min(ws.batch_size, micro), [skilled, *([writer] if ws.writer_fraction > 0 else [])])}
-    for phase, (sequences, candidates) in shapes.items():
-        length, targets = max(candidates)
-        add(f"activations ({sequences} x {length} tokens, {how})",
-            _training_bytes(arch, c, sequences, length, targets, ckpt), (phase,), setting)
+    return {phase: (sequences, *max(candidates)) for phase, (sequences, candidates) in shapes.items()}
+
+
+def scoring_batch(cfg: RunConfig) -> tuple[int, int, int]:
+    """The score phase's micro-batch, ``(sequences, length, scored)``: the student's turns, or (``algo.teacher:
+    old``) the teacher's, whose sequences carry the skill on top of the student's prompt."""
+    new = cfg.rollout.max_new_tokens
+    teacher = bool(get_method(cfg.algo.method).skills) and cfg.algo.teacher == "old"
+    length = cfg.model.max_prompt_tokens + new + (cfg.writer.max_skill_tokens if teacher else 0)
+    return cfg.algo.micro_batch_size, length, new
+
+
+def _add_training(add, cfg: RunConfig, arch: Architecture, c: int, device: str, trained: int, lora: bool) -> None:
+    """Each training phase (:func:`training_batches`) at its peak, the largest of three moments:
+
+    * the backward's start: every checkpointed layer's input, the head's chunk or the last layer recomputed
+      (the larger), the head weight's gradient (float32 on one rank; under FSDP its unsharded compute-dtype
+      gradient, held until the root group reduces), the last hidden states and their gradient; no layer's
+      gradient yet (8 ranks traced: 6.07 GiB at 1.5B, 4 x 2,560 tokens);
+    * the backward's end, the first layer recomputed: the gradients of all but the embeddings (they arrive
+      last), one layer's activations (1 rank traced: 4.76 GiB of 5.75 at 1.5B, one layer's 2.78);
+    * AdamW's step: the whole gradients and, on a GPU, foreach AdamW's float32 temporary the size of the
+      trained parameters (torch's CUDA default; its sqrt of the second moment), traced 22P at one rank.
+
+    The gathered root group and two layers (prefetch) under FSDP in the two backward moments; without
+    checkpointing every layer's activations and, on one rank, autocast's compute-dtype weight copies that the
+    matmuls save for backward (with checkpointing they are recast a layer at a time and freed)."""
+    micro, ckpt = cfg.algo.micro_batch_size, cfg.model.gradient_checkpointing
+    n, h, name = cfg.parallel.workers, arch.hidden, "bfloat16" if c == 2 else "float16" if c < 4 else "float32"
+    how = "checkpointed" if ckpt else "no checkpointing"
+    setting = f"algo.micro_batch_size (now {micro})" if ckpt else "model.gradient_checkpointing=true"
+    more = f"parallel.workers (now {n}): shard over more GPUs" if device == "cuda" else "a smaller model.backbone"
+    shard = f", 1/{n} a rank" if n > 1 else ""
+    embeddings = 0 if lora else arch.vocab * h
+    weights: list[tuple[str, float, str]] = []
+    if n > 1:
+        weights.append((f"gathered root and two layers ({name})", c * (arch.root_params + 2 * arch.layer_params), ""))
+    elif c < 4 and not ckpt:
+        weights.append((f"autocast weight copies ({name}, saved for backward)", c * arch.params, setting))
+    head_grad = 0 if lora else (c if n > 1 else 4) * arch.vocab * h
+    # FSDP's compute-dtype parameters make the residual stream (a checkpointed layer's input) the compute dtype
+    kept = c if n > 1 else CHECKPOINTED_LAYER
+    for phase, (sequences, length, targets) in training_batches(cfg).items():
+        tokens = sequences * length
+        layer = tokens * _layer_bytes(arch, c)
+        acts = f"activations ({sequences} x {length} tokens, {how}"
+        head = _head_bytes(arch, c, sequences * targets, True)
+        tail = [("the LM head weight's gradient", head_grad, ""),
+                ("the last hidden states and their gradient (float32)", tokens * h * 4 * 2, "")]
+        if ckpt:  # then the last layer recomputed, or the head's chunk before it: the larger
+            last = (f"{acts}: the last layer recomputed)", layer, setting) if layer > head else \
+                ("the LM head's chunk", head, "")
+            tail += [(f"{acts}: every layer's input)", tokens * arch.layers * kept * h, setting), last]
+        else:
+            tail += [(f"{acts}: every layer's)", arch.layers * layer, setting), ("the LM head's chunk", head, "")]
+        moments = {
+            "the backward's start": [*weights, *tail],
+            "the backward's end": [*weights, (f"gradients but the embeddings' (float32{shard})",
+                                              4 * (trained - embeddings) / n, more),
+                                   (f"{acts}: one layer recomputed)", layer, setting)],
+            "AdamW's step": [(f"gradients (float32{shard})", 4 * trained / n, more),
+                             *([(f"foreach AdamW's float32 temporary{shard}", 4 * trained / n, more)]
+                               if device == "cuda" else [])],
+        }
+        when, peak = max(moments.items(), key=lambda m: sum(b for _, b, _ in m[1]))
+        for label, size, knob in peak:
+            add(f"{label} [{when}]", size, (phase,), knob)
 
 
 def _add_scoring(add, cfg: RunConfig, arch: Architecture, c: int) -> None:
-    """The score phase's pass without gradients: old policy, reference and (``algo.teacher:
-    old``) the teacher, whose sequences carry the skill on top of the student's prompt."""
-    micro, new = cfg.algo.micro_batch_size, cfg.rollout.max_new_tokens
-    teacher = bool(get_method(cfg.algo.method).skills) and cfg.algo.teacher == "old"
-    length = cfg.model.max_prompt_tokens + new + (cfg.writer.max_skill_tokens if teacher else 0)
+    """The score phase's pass without gradients (:func:`scoring_batch`): old policy, reference and the teacher."""
+    micro, length, new = scoring_batch(cfg)
     add(f"scoring pass ({micro} x {length} tokens, no gradients, one layer at a time)",
         _scoring_bytes(arch, c, micro, length, new), ("score",), f"algo.micro_batch_size (now {micro})")
 

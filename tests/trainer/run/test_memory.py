@@ -46,9 +46,10 @@ def _parts(plan, phase):
 
 def test_parts_follow_the_precision_and_the_phases():
     """bf16 compute on one GPU: float32 masters (4P) in every phase, the RL AdamW moments (8P)
-    from the rollout on, a bf16 reference (2P) from the RL start; gradients (4P) and autocast
-    copies (2P) while updating, the copies while scoring too; the engine awake at its creation
-    and the rollout, asleep (level 1) through score and update.  float32 compute has no copies."""
+    from the rollout on, a bf16 reference (2P) from the RL start; the update's peak is AdamW's step: the
+    gradients (4P) and foreach AdamW's float32 temporary (4P), 22P in all with the reference (traced); the
+    autocast copies (2P) while scoring; the engine awake at its creation and the rollout, asleep (level 1)
+    through score and update.  float32 compute has no copies."""
     cfg = resolve(load_config(SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml"))
     plan = plan_memory(cfg, 80)
     p = plan.arch.params
@@ -58,8 +59,10 @@ def test_parts_follow_the_precision_and_the_phases():
                        "vLLM engine, created awake (0.25 of the device; asleep after)": 0.25 * 80 * GIB}
     assert update["AdamW moments (float32)"] == 8 * p
     assert update["reference (bfloat16)"] == 2 * p and score["reference (bfloat16)"] == 2 * p
-    assert update["gradients (float32)"] == 4 * p and "gradients (float32)" not in score
-    assert update["autocast weight copies (bfloat16)"] == score["autocast weight copies (bfloat16)"] == 2 * p
+    assert update["gradients (float32) [AdamW's step]"] == 4 * p and not any(k.startswith("gradients") for k in score)
+    assert update["foreach AdamW's float32 temporary [AdamW's step]"] == 4 * p
+    assert plan.phase("update") - 2 * GIB == 22 * p
+    assert score["autocast weight copies (bfloat16)"] == 2 * p and not any("autocast" in k for k in update)
     assert _parts(plan, "rollout")["vLLM engine, awake (0.25 of the device)"] == 0.25 * 80 * GIB
     assert not any(name.startswith("vLLM") for name in [*score, *update])
     assert plan.peak == max(plan.phase(ph) for ph in plan.phases) and plan.phase("stage1") == 0
@@ -73,9 +76,11 @@ def test_parts_follow_the_precision_and_the_phases():
 
 def test_a_rank_holds_its_share_of_the_sharded_state_and_scores_whole_models():
     """parallel.workers N: each rank loads the whole float32 model (4P) at start-up; then the
-    masters, moments, gradients and reference are 1/N a rank; it trains on the root group and
-    two layers gathered in bf16, and scores inside unsharded(policy, reference): both whole in
-    bf16 (2P each, 28 GiB at 7B where the plan used to count 2.9); its vLLM engine is whole."""
+    masters, moments and reference are 1/N a rank; its update peaks at the backward's start (traced): the
+    root group and two layers gathered in bf16, every layer's checkpointed input in bf16 (FSDP's
+    compute-dtype parameters), the last layer recomputed, the head's bf16 weight gradient, no layer's
+    gradient yet; it scores inside unsharded(policy, reference): both whole in bf16 (2P each, 28 GiB at
+    7B where the plan used to count 2.9); its vLLM engine is whole."""
     base = SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml"
     one = plan_memory(resolve(load_config(base, ["model.backbone=Qwen/Qwen2.5-7B-Instruct"])), 80)
     eight = plan_memory(resolve(load_config(base, ["model.backbone=Qwen/Qwen2.5-7B-Instruct",
@@ -85,9 +90,17 @@ def test_a_rank_holds_its_share_of_the_sharded_state_and_scores_whole_models():
     update, score = _parts(eight, "update"), _parts(eight, "score")
     assert update["weights (float32 masters, 1/8 a rank)"] == 4 * p / 8
     assert update["AdamW moments (float32, 1/8 a rank)"] == 8 * p / 8
-    assert update["gradients (float32, 1/8 a rank)"] == 4 * p / 8
+    assert not any(k.startswith("gradients") for k in update)
     assert update["reference (bfloat16, 1/8 a rank)"] == 2 * p / 8
-    assert update["gathered root and two layers (bfloat16)"] == 2 * (arch.root_params + 2 * arch.layer_params)
+    head = "[the backward's start]"
+    assert update[f"gathered root and two layers (bfloat16) {head}"] == 2 * (arch.root_params + 2 * arch.layer_params)
+    tokens = 4 * (2048 + 2560)  # micro-batch x (max_prompt_tokens + rollout.max_new_tokens)
+    assert update[f"activations (4 x 4608 tokens, checkpointed: every layer's input) {head}"] == \
+        tokens * arch.layers * 2 * arch.hidden
+    assert update[f"the LM head weight's gradient {head}"] == 2 * arch.vocab * arch.hidden
+    layer = 2 * (5 * arch.intermediate + 2.5 * arch.kv_width + 1.5 * arch.hidden) + 16.5 * arch.hidden
+    assert update[f"activations (4 x 4608 tokens, checkpointed: the last layer recomputed) {head}"] == tokens * layer
+    assert tokens * layer > 1024 * arch.vocab * (2 + 12 + 8)  # than the LM head's chunk, under autocast
     assert score["gathered policy, whole (bfloat16; unsharded to score)"] == 2 * p
     assert score["gathered reference, whole (bfloat16; unsharded to score)"] == 2 * p
     assert 2 * 2 * p / GIB == pytest.approx(28.4, abs=0.1)
@@ -102,7 +115,8 @@ def test_a_rank_holds_its_share_of_the_sharded_state_and_scores_whole_models():
 def test_stage1_trains_its_own_sharded_adamw_on_writer_examples():
     """SEED's Stage 1 on 8 ranks: masters, its own AdamW moments and gradients 1/8 each, the
     gathered root and two layers, activations of min(skill_sft.batch_size, micro_batch_size)
-    writer examples of max_prompt_tokens + writer.max_new_tokens; no reference, no engine (asleep)."""
+    writer examples of max_prompt_tokens + writer.max_new_tokens, at its peak at the backward's start
+    (no layer's gradient yet); no reference, no engine (asleep)."""
     cfg = resolve(load_config(SEED_TABLE5.parent / "seed_table5_alfworld_base.yaml",
                               ["model.backbone=Qwen/Qwen2.5-7B-Instruct", "parallel.workers=8", "algo.method=seed"]))
     assert cfg.stages.skill_sft.enabled
@@ -112,14 +126,17 @@ def test_stage1_trains_its_own_sharded_adamw_on_writer_examples():
     stage1 = _parts(plan, "stage1")
     length = 2048 + 4096  # max_prompt_tokens + writer.max_new_tokens of the study
     tokens = 4 * length  # min(batch_size 8, micro_batch_size 4) sequences
-    checkpointed = tokens * arch.layers * 4 * arch.hidden
+    head = "[the backward's start]"
     assert set(stage1) == {"weights (float32 masters, 1/8 a rank)",
-                           "the stage's own AdamW moments (float32, 1/8 a rank)",
-                           "gradients (float32, 1/8 a rank)", "CUDA context and allocator slack",
-                           "gathered root and two layers (bfloat16)",
-                           f"activations (4 x {length} tokens, checkpointed)"}
+                           "the stage's own AdamW moments (float32, 1/8 a rank)", "CUDA context and allocator slack",
+                           f"gathered root and two layers (bfloat16) {head}",
+                           f"activations (4 x {length} tokens, checkpointed: every layer's input) {head}",
+                           f"activations (4 x {length} tokens, checkpointed: the last layer recomputed) {head}",
+                           f"the LM head weight's gradient {head}",
+                           f"the last hidden states and their gradient (float32) {head}"}
     assert stage1["the stage's own AdamW moments (float32, 1/8 a rank)"] == 8 * p / 8
-    assert stage1[f"activations (4 x {length} tokens, checkpointed)"] > checkpointed
+    assert stage1[f"activations (4 x {length} tokens, checkpointed: every layer's input) {head}"] == \
+        tokens * arch.layers * 2 * arch.hidden
     assert plan.phase("stage1") > plan.phase("update")  # longer sequences than a turn
 
 
@@ -172,9 +189,9 @@ def test_the_smollm2_run_that_was_killed_does_not_fit_this_machine(tmp_path, mon
 def test_checkpointing_and_micro_batches_bound_the_activations():
     base = SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml"
 
-    def activations(*overrides):
-        plan = plan_memory(resolve(load_config(base, list(overrides))), 80)
-        return next(b for name, b in _parts(plan, "update").items() if name.startswith("activations"))
+    def activations(*overrides):  # 8 ranks: the update peaks in its backward pass, not at AdamW's step
+        plan = plan_memory(resolve(load_config(base, ["parallel.workers=8", *overrides])), 80)
+        return sum(b for name, b in _parts(plan, "update").items() if name.startswith("activations"))
 
     assert activations("model.gradient_checkpointing=false") > 5 * activations()
     assert activations("algo.micro_batch_size=8") > 1.5 * activations("algo.micro_batch_size=4")
@@ -242,8 +259,8 @@ def test_validate_warns_with_the_same_figure(capsys, tmp_path):
 
 
 def test_lora_plans_optimizer_states_and_gradients_for_the_adapters_only():
-    """With model.lora the moments (8 bytes a parameter) and gradients (4) are the adapters'
-    (rank x (in + out) per adapted layer), and the reference is the base itself, no copy."""
+    """With model.lora the moments (8 bytes a parameter) are the adapters' (rank x (in + out) per
+    adapted layer), and the reference is the base itself, no copy."""
     from trainer.config import LoRAConfig
     from trainer.models.lora import lora_params
     from trainer.run.memory import backbone_config
@@ -258,7 +275,9 @@ def test_lora_plans_optimizer_states_and_gradients_for_the_adapters_only():
     by_hand = config.num_hidden_layers * 16 * (4 * config.hidden_size + 2 * (config.hidden_size + kv)
                                                + 3 * (config.hidden_size + config.intermediate_size))
     assert adapters == by_hand and 0 < adapters < full.arch.params / 50
-    assert parts["optimizer (AdamW moments, float32)"] == 8 * adapters
-    assert parts["gradients (float32)"] == 4 * adapters
+    assert parts["AdamW moments (float32, LoRA rank 16: the adapters' alone)"] == 8 * adapters
+    # the update peaks at the backward's start, before any gradient; the frozen head has none
+    assert not any(name.startswith(("gradients", "the LM head weight's")) for name in _parts(lora, "update"))
+    assert _parts(full, "update")["gradients (float32) [AdamW's step]"] == 4 * full.arch.params
     assert not any(name.startswith("reference") for name in parts)
     assert lora.peak < full.peak
