@@ -26,20 +26,25 @@ dtype (2 for bfloat16, 4 for float32), N ranks (the plan is one rank's; FSDP2 sh
   gathered whole (cP) to generate with;
 * score (``unsharded(model, reference)`` in :mod:`trainer.stages.rl`): with N > 1 the whole
   policy and the whole reference gathered in the compute dtype (cP each) beside their shards,
-  on one rank the autocast copies of the policy (cP when c < 4); and a no-gradient pass of one
+  on one rank the autocast copies of the policy (cP when c < 4: autocast's cache keeps them
+  through the pass); and a no-gradient pass of one
   micro-batch (student or teacher sequences, the longer), one layer at a time;
-* update: the float32 gradients (4P/N), the compute-dtype weights (autocast copies, cP, on one
-  rank; the root group and two layers gathered, with N > 1), the activations of one
-  micro-batch of the longest sequences it trains on (turns, and with ``stages.skill_sft.replay``
-  the writer's examples).
+* update (and the warm start's and Stage 1's training): the largest of three moments
+  (:func:`_add_training`, each checked against a fake-tensor trace, :mod:`trainer.run.memory_trace`): the
+  backward's start (every checkpointed layer's input, the last layer recomputed or the head's chunk, the
+  head weight's gradient), its end (all gradients but the embeddings', one layer recomputed) and AdamW's
+  step (the float32 gradients, 4P/N, and on a GPU foreach AdamW's float32 temporary, 4P/N), with the root
+  group and two layers gathered under FSDP; of one micro-batch of the longest sequences it trains on (turns,
+  and with ``stages.skill_sft.replay`` the writer's examples).
 
 The engine sleeps through every phase but the rollout (``model.vllm.sleep_level`` 1 keeps its
 weights on the host, 2 drops them: no GPU memory either way; 0 keeps it awake); vLLM's CPU build
 never sleeps.  Activations per token: each decoder layer keeps its float32 input with gradient
-checkpointing (4h bytes), about c (5 i + 2.5 kv + 1.5 h) + 28 h bytes without (h the width, kv
-the key/value width, i the MLP width; SDPA keeps no [L, L] scores), one layer is recomputed at a
-time, and the LM head's chunk (its logits and float32 log-softmax) is live once; a pass without
-gradients holds one layer's c (3 i + 2 h) + 8 h bytes a token at a time.
+checkpointing (4h bytes; under FSDP c h, its parameters being the compute dtype), about
+c (5 i + 2.5 kv + 1.5 h) + 28 h bytes without (16.5 h under autocast; h the width, kv the key/value
+width, i the MLP width; SDPA keeps no [L, L] scores), one layer is recomputed at a time, and the LM
+head's chunk (its logits and float32 log-softmax) is live once; a pass without gradients holds one
+layer's c (3 i + 2 h) + 8 h bytes a token at a time.
 
 The engine's KV cache holds (engine memory - its weights) / (layers * 2 * kv * c) tokens; a
 step asks a rank's rows (``tasks_per_step * group_size / N``) times ``max_prompt_tokens +
