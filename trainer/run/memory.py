@@ -346,8 +346,7 @@ CHECKPOINTED_LAYER = 4  # bytes per token and unit of width a checkpointed layer
 def _head_bytes(arch: Architecture, c: int, scored: int, grad: bool) -> float:
     """One LM-head chunk of ``scored`` tokens (at most HEAD_CHUNK): its logits and their
     float32 log-softmax (and, recomputed in the backward pass, its gradient)."""
-    autocast = 8 if grad and c < 4 else 0  # the float32 copy of the logits and its gradient (traced 3.16 GiB at 7B)
-    return min(HEAD_CHUNK, scored) * arch.vocab * (c + 4 * (3 if grad else 2) + autocast)
+    return min(HEAD_CHUNK, scored) * arch.vocab * (c + 4 * (3 if grad else 2))
 
 
 def _scoring_bytes(arch: Architecture, c: int, sequences: int, length: int, targets: int) -> float:
