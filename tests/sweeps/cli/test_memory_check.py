@@ -52,7 +52,7 @@ def test_the_smollm2_run_is_refused_in_one_line_before_it_loads(machine, trainer
     assert (code, out, trainer.calls) == (2, "", [])
     assert err.count("\n") == 1 and err.startswith("error: grpo (smollm2-135m) plans "), err
     assert "in its update phase, more than this machine's memory, 24.0 GiB" in err
-    assert "change model.gradient_checkpointing=true (activations (16 x 2096 tokens, no checkpointing)" in err
+    assert "change model.gradient_checkpointing=true (activations (16 x 2096 tokens, no checkpointing: every" in err
     assert "--ignore-memory starts it anyway" in err
 
 
