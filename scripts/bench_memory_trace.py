@@ -73,8 +73,8 @@ def main() -> int:
             details.append(_parts(f"{shape} x{ranks} update's forward and backward", trace.backward))
             details.append(_parts(f"{shape} x{ranks} update's clipping and AdamW step", trace.step))
             details.append(f"{shape} x{ranks} plan:\n" + "\n".join(
-                f"    {p.name}: {p.bytes / GIB:.2f} ({p.when})" for p in plan.parts
-                if p.when in ("always", "update", "score")))
+                f"    {p.name}: {p.bytes / GIB:.2f} ({', '.join(p.phases)})" for p in plan.parts
+                if {"update", "score"} & set(p.phases)))
     print("\ntraced parts at each peak (GiB) and the plan's parts:")
     print("\n".join(details))
     return 0 if ok else 1

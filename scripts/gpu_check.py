@@ -8,7 +8,9 @@ and saved per method: seconds per phase (rollout, write, score, reference, teach
 update; ``update`` includes SEED's current-policy teacher), rollout tokens/s (generated tokens
 over rollout seconds), training tokens/s (tokens of the sequences forwarded and back-propagated
 in the update over update seconds), peak memory beside ``hindsight memory``'s estimate for
-the same config (trainer/memory.py), the share of one weight matrix of the float32 masters
+the same config (trainer/run/memory.py) and, at each phase boundary (start-up, rollout, write,
+score, reference, teacher, advantage, update), the peak allocated, reserved and free memory
+beside the planner's estimate of that phase, the share of one weight matrix of the float32 masters
 that the update changed and the share that an lr-sized step can change at all in their dtype.
 The update is the trainer's own: float32 master weights with bfloat16 autocast, backward per
 micro-batch (``algo.micro_batch_size``), gradient checkpointing.
@@ -201,16 +203,81 @@ def _probe(model):
     return next(p for n, p in model.named_parameters() if ".layers.0." in n and p.ndim == 2)
 
 
+# The trainer's phases (PhaseTimer's names) -> the planner's phase each falls in (trainer/run/memory.py).
+PLANNER_PHASES = {"start-up": "startup", "rollout": "rollout", "write": "rollout", "score": "score",
+                  "reference": "score", "teacher": "score", "advantage": "score", "update": "update"}
+
+
+def _proc_status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(f"{key}:"))
+
+
+class Timeline:
+    """Memory at each phase boundary beside the planner's estimate of that phase: on CUDA the
+    peak allocated since the previous boundary, what PyTorch reserves, and the driver's free
+    memory (which an engine's memory takes too); on a CPU the peak resident set since the
+    previous boundary and the resident set (the process's, libraries included)."""
+
+    def __init__(self, device: str, plan):
+        self.device, self.plan, self.rows = device, plan, []
+
+    def mark(self, after: str) -> None:
+        import torch
+
+        phase = PLANNER_PHASES.get(after, after)
+        row = {"after": after, "phase": phase, "estimate_gib": self.plan.phase(phase) / 2**30 if self.plan else None}
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            free, _ = torch.cuda.mem_get_info()
+            row.update(peak_allocated_gib=torch.cuda.max_memory_allocated() / 2**30,
+                       reserved_gib=torch.cuda.memory_reserved() / 2**30, free_gib=free / 2**30)
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            row.update(peak_rss_gib=_proc_status("VmHWM") / 2**30, rss_gib=_proc_status("VmRSS") / 2**30)
+            with open("/proc/self/clear_refs", "w") as f:  # restart the high-water mark
+                f.write("5")
+        self.rows.append(row)
+
+    def peak_mb(self) -> float:
+        """The step's peak (allocated on CUDA, resident on a CPU) over its boundaries, in MiB."""
+        key = "peak_allocated_gib" if self.device == "cuda" else "peak_rss_gib"
+        return max((r[key] for r in self.rows if r["after"] != "start-up"), default=0.0) * 1024
+
+
+def _marking_timer(sync, timeline: Timeline):
+    """A PhaseTimer that marks the timeline at the end of every outermost phase (a phase
+    inside another, e.g. SEED's teacher inside the update, belongs to that one's peak)."""
+    from contextlib import contextmanager
+
+    from trainer.stages.rl import PhaseTimer
+
+    class Marking(PhaseTimer):
+        @contextmanager
+        def __call__(self, phase: str):
+            outermost = not self._inner
+            with PhaseTimer.__call__(self, phase):
+                yield
+            if outermost:
+                timeline.mark(phase)
+
+    return Marking(sync=sync)
+
+
 def measure_method(base, method: str, device: str, warm: bool) -> tuple[dict, object]:
-    """One RL step of ``method`` from a fresh context.  Returns the result and what the
-    scoring pass needs of it: (tokenizer, sample builder, the step's trajectories)."""
+    """One RL step of ``method`` from a fresh context, memory marked at each phase boundary
+    (:class:`Timeline`).  Returns the result and what the scoring pass needs of it:
+    (tokenizer, sample builder, the step's trajectories)."""
     from trainer.config import apply_overrides
     from trainer.run.components import build_components, start_rl
     from trainer.run.resolve import resolve
-    from trainer.stages.rl import PhaseTimer, collect_batch, update
+    from trainer.stages.rl import collect_batch, update
 
     cfg = resolve(apply_overrides(base, {"algo.method": method}))
+    timeline = Timeline(device, planned(cfg))
+    reset_memory(device)
     ctx = build_components(cfg)
+    timeline.mark("start-up")
     start_rl(ctx)
     if warm:
         warm_up(ctx)
@@ -218,7 +285,8 @@ def measure_method(base, method: str, device: str, warm: bool) -> tuple[dict, ob
     reset_memory(device)
     probe = _probe(ctx.model)
     before = probe.detach().clone()
-    timer, sync = PhaseTimer(sync=_sync(device)), _sync(device)
+    sync = _sync(device)
+    timer = _marking_timer(sync, timeline)
     start = time.perf_counter()
     batch = collect_batch(ctx, 1, timer)
     losses, finite = update(ctx, batch, 1, timer)
@@ -247,11 +315,21 @@ def measure_method(base, method: str, device: str, warm: bool) -> tuple[dict, ob
         "loss": {k: v for k, v in losses.items() if k.startswith("loss/")},
         "estimate_mb": estimate,
         **memory(device),
+        "timeline": timeline.rows,
     }
+    if device == "cuda":  # the timeline restarts the peak at every boundary
+        result["peak_mem_mb"] = max(result["peak_mem_mb"], timeline.peak_mb())
     keep = (ctx.tokenizer, ctx.builder, batch.trajectories)
     del ctx, batch, probe, before
     reset_memory(device)
     return result, keep
+
+
+def planned(cfg):
+    """``hindsight memory``'s plan for ``cfg`` on this device (this GPU's size, or this machine's memory)."""
+    from trainer.run.memory import plan_memory
+
+    return plan_memory(cfg)
 
 
 def memory_estimate(cfg, device: str) -> float | None:
@@ -407,6 +485,7 @@ def render_markdown(results: dict) -> str:
                      f"| {r['train_tokens_per_s']:.0f} | {r[mem_key] / 1024:.1f} "
                      f"| {_fmt(None if estimate is None else estimate / 1024, '.1f')} "
                      f"| {100 * r['lr_step_kept']:.1f}% | ok |")
+    lines += timeline_markdown(results["methods"], cuda)
     sc = results.get("scoring")
     if sc and sc.get("status") == "ok":
         lines += ["", (f"Scoring pass, `{sc['backbone']}` (no gradients): {sc['sequences']} sequences, "
@@ -427,6 +506,27 @@ def render_markdown(results: dict) -> str:
         note = "." if cuda else " (tiny shape on CPU: not the goals' measurement)."
         lines += ["", "Goals: " + "; ".join(goals) + note]
     return "\n".join(lines) + "\n"
+
+
+def timeline_markdown(methods: dict[str, dict], cuda: bool) -> list[str]:
+    """Per measured method, its memory at each phase boundary beside the planner's phase estimate."""
+    lines = []
+    for name, r in methods.items():
+        rows = r.get("timeline") or []
+        if not rows:
+            continue
+        if cuda:
+            header = "| after | planner phase | estimate GiB | peak allocated GiB | reserved GiB | free GiB |"
+            cells = [(row["peak_allocated_gib"], row["reserved_gib"], row["free_gib"]) for row in rows]
+        else:
+            header = "| after | planner phase | estimate GiB | peak RSS GiB (process) | RSS GiB |"
+            cells = [(row["peak_rss_gib"], row["rss_gib"]) for row in rows]
+        lines += ["", f"Memory of the {name} step at each phase boundary (peak since the previous one):", "",
+                  header, "|---|---|" + "---:|" * (len(cells[0]) + 1)]
+        for row, figures in zip(rows, cells):
+            lines.append(f"| {row['after']} | {row['phase']} | {_fmt(row['estimate_gib'], '.1f')} | "
+                         + " | ".join(f"{v:.1f}" for v in figures) + " |")
+    return lines
 
 
 def track(results: dict, base, db: Path) -> str:

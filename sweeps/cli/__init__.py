@@ -43,7 +43,7 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def memory(args: argparse.Namespace) -> int:
-    """Per GPU: weights, gradients, optimizer, reference, engine, activations; exit 1 if it does not fit."""
+    """Per phase, what a run holds of its device (a GPU, or on a CPU the machine); exit 1 if it does not fit."""
     from sweeps.cli import configs  # deferred: torch, transformers
 
     return configs.memory_command(args)

@@ -28,8 +28,13 @@ def memory(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="a run config or a study YAML file (a study's --set keys are under "
                                      "base., e.g. --set base.algo.micro_batch_size=4)")
     add_overrides(parser)
-    parser.add_argument("--gpu-memory", type=float, default=80.0, metavar="GiB",
-                        help="memory of one GPU in GiB (default 80)")
+    parser.add_argument("--gpu-memory", type=float, default=None, metavar="GiB",
+                        help="memory of one GPU in GiB (default: this machine's GPU, else 80); a CPU run's "
+                             "device is this machine's memory")
+
+
+IGNORE_MEMORY_HELP = ("start even when `hindsight memory` plans more than the device holds (default: refuse, "
+                      "naming the phase and the setting to change)")
 
 
 def methods(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +52,7 @@ def train(parser: argparse.ArgumentParser) -> None:
                         help="continue from the latest checkpoint in output.dir")
     parser.add_argument("--run-id", default=None, help="continue this MLflow run id")
     parser.add_argument("--address", default=None, help=ADDRESS_HELP)  # used with parallel.workers > 1
+    parser.add_argument("--ignore-memory", action="store_true", help=IGNORE_MEMORY_HELP)
 
 
 def evaluate(parser: argparse.ArgumentParser) -> None:
@@ -119,6 +125,7 @@ def sweep(parser: argparse.ArgumentParser) -> None:
                         help="print the trials that would launch and those skipped; run nothing")
     parser.add_argument("--retry-failed", action="store_true",
                         help="rerun (cell, seed) pairs whose run FAILED, continuing the same run")
+    parser.add_argument("--ignore-memory", action="store_true", help=IGNORE_MEMORY_HELP)
 
 
 def ui(parser: argparse.ArgumentParser) -> None:

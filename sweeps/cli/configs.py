@@ -58,9 +58,15 @@ def _memory_plans(configs: Iterable[RunConfig], gpu_memory: float) -> dict:
     for cfg in configs:
         key = (cfg.algo.method, cfg.model.backbone)
         plan = loading(memory.plan_memory, cfg, gpu_memory)
-        if key not in plans or plan.peak > plans[key].peak:
+        if key not in plans or _size(plan) > _size(plans[key]):
             plans[key] = plan
     return plans
+
+
+def _size(plan: memory.MemoryPlan) -> tuple[float, int]:
+    """The order of plans: the peak, then the phases (of two runs that peak alike, the one
+    that also trains Stage 1 shows more)."""
+    return plan.peak, len(plan.phases)
 
 
 def _warn_memory(configs: list[RunConfig]) -> None:
@@ -76,14 +82,14 @@ def _warn_memory(configs: list[RunConfig]) -> None:
 
 
 def memory_command(args: argparse.Namespace) -> int:
-    """Per GPU: weights, gradients, optimizer, reference, engine, activations; exit 1 if it does not fit."""
+    """Per phase, what a run holds of its device (a GPU, or on a CPU the machine); exit 1 if it does not fit."""
     if any(key in read_yaml(args.file) for key in STUDY_KEYS):
         study = _study_with_overrides(args.file, args.overrides)
         configs = [loading(resolve, cfg) for cfg in loading(study_configs, study)]
     else:
         configs = [load_run(args.file, args.overrides, extras=False)]
     plans = _memory_plans(configs, args.gpu_memory)
-    worst_key = max(plans, key=lambda k: plans[k].peak)
+    worst_key = max(plans, key=lambda k: _size(plans[k]))
     if len(plans) > 1:
         for (method, backbone), plan in plans.items():
             print(f"{method} ({backbone}): {memory.describe(plan)}")

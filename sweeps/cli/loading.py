@@ -3,10 +3,12 @@ filled in), with a missing optional package as a one-line error, and a study's c
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from trainer.config import ConfigError, RunConfig
+from trainer.run import memory
 from trainer.run.dependencies import check_extras
 from trainer.run.resolve import load_config, resolve
 
@@ -35,3 +37,25 @@ def check_study_extras(configs: Iterable[RunConfig]) -> None:
     """:func:`trainer.extras.check_extras` over every config a study can run."""
     for cfg in configs:
         check_extras(cfg)
+
+
+def check_memory(configs: Iterable[RunConfig]) -> None:
+    """Refuse, before anything loads, a resolved run whose planned peak
+    (:func:`trainer.run.memory.plan_memory`) exceeds the device it would run on here: a
+    ConfigError naming the phase and the setting to change.  A backbone the planner has no
+    config for (a hub model not yet downloaded) is let through with a warning."""
+    seen = set()
+    for cfg in configs:
+        try:
+            plan = memory.plan_memory(cfg)
+        except ValueError as e:
+            if cfg.model.backbone not in seen:
+                print(f"warning: no memory plan for {cfg.model.backbone}: {e}", file=sys.stderr)
+            seen.add(cfg.model.backbone)
+            continue
+        if not plan.fits:
+            raise ConfigError(
+                f"{cfg.algo.method} ({cfg.model.backbone}) plans {plan.peak / 2**30:.1f} GiB in its "
+                f"{memory.TITLES[plan.peak_phase]} phase, more than {plan.device_name()}: change "
+                f"{plan.advice() or 'a smaller model.backbone'}; `hindsight memory` gives the parts, "
+                f"--ignore-memory starts it anyway")

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 
+from sweeps.cli.loading import check_memory
 from sweeps.report import build_study_report
 from sweeps.runner import run_study
 from sweeps.status import LOOPBACK, UI_ENV, serve, study_links, study_status, ui_argv
@@ -14,14 +15,17 @@ from sweeps.study import load_study
 from sweeps.trials import study_configs
 from trainer.config import ConfigError
 from trainer.run.dependencies import check_extras
+from trainer.run.resolve import resolve
 
 
 def sweep_command(args: argparse.Namespace) -> int:
     """Launch or continue a study on Ray Tune; exit 0 when every (cell, seed) has finished."""
     study = load_study(args.study, out=args.out)
-    if not (args.address or study.ray_address):  # a cluster's workers have their own packages
+    if not (args.address or study.ray_address):  # a cluster's workers have their own packages and devices
         for cfg in study_configs(study):
             check_extras(cfg)
+        if not args.ignore_memory:
+            check_memory(resolve(cfg) for cfg in study_configs(study))
     status = run_study(study, retry_failed=args.retry_failed, max_concurrent=args.max_concurrent,
                        address=args.address, dry_run=args.dry_run, bar=sys.stderr.isatty())
     if status is None:

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from sweeps.cli.errors import CommandError
-from sweeps.cli.loading import load_run
+from sweeps.cli.loading import check_memory, load_run
 from sweeps.ranks import RanksFailed, train_on_ranks
 from trainer.run import loop
 from trainer.run.store import tracking_uri
@@ -15,8 +15,12 @@ from trainer.run.tracking import RunLogger
 
 def train_command(args: argparse.Namespace) -> int:
     """Train one run (warm start, skill SFT, RL) from a run config; exit 1 if it fails.
-    With ``parallel.workers`` > 1 the ranks run as Ray Train workers (:mod:`sweeps.ranks`)."""
+    With ``parallel.workers`` > 1 the ranks run as Ray Train workers (:mod:`sweeps.ranks`).
+    A run whose planned peak exceeds this machine's device is refused before anything loads
+    (``--ignore-memory`` starts it; a cluster's ``--address`` is not planned here)."""
     cfg = load_run(args.config, args.overrides)
+    if not (args.ignore_memory or args.address):
+        check_memory([cfg])
     if cfg.parallel.workers > 1:
         result = _train_on_ranks(cfg, args)
     else:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -80,6 +81,30 @@ def test_markdown_has_one_row_per_method_the_scoring_pass_and_the_goals():
     assert "SEED <= 1.15x GRPO: 1.10x met" in text and "ETRO" not in text.split("Goals:")[1]
 
 
+def test_the_timeline_marks_each_outermost_phase_beside_the_planners_estimate():
+    """Item 8 of issue 35: memory at each phase boundary beside the plan's phase; a phase inside
+    another (SEED's teacher inside the update) is part of that one's peak, not a boundary."""
+    gib = {"startup": 1.0, "rollout": 2.0, "score": 3.0, "update": 4.0}
+    plan = SimpleNamespace(phase=lambda name: gib[name] * 2**30)
+    timeline = gpu_check.Timeline("cpu", plan)
+    timer = gpu_check._marking_timer(None, timeline)
+    for phase in ("rollout", "write", "score"):
+        with timer(phase):
+            pass
+    with timer("update"), timer("teacher"):
+        pass
+    assert [(r["after"], r["phase"], r["estimate_gib"]) for r in timeline.rows] == [
+        ("rollout", "rollout", 2.0), ("write", "rollout", 2.0), ("score", "score", 3.0), ("update", "update", 4.0)]
+    assert all(r["peak_rss_gib"] >= r["rss_gib"] > 0 for r in timeline.rows)
+    assert set(timer.seconds) == {"rollout", "write", "score", "update", "teacher"}
+    cuda = [{"after": "score", "phase": "score", "estimate_gib": 30.0, "peak_allocated_gib": 25.04,
+             "reserved_gib": 28.0, "free_gib": 40.0}]
+    text = "\n".join(gpu_check.timeline_markdown({"grpo": {}, "seed": {"timeline": cuda}}, cuda=True))
+    assert "Memory of the seed step at each phase boundary" in text and "grpo" not in text
+    assert "| after | planner phase | estimate GiB | peak allocated GiB | reserved GiB | free GiB |" in text
+    assert "| score | score | 30.0 | 25.0 | 28.0 | 40.0 |" in text
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--tasks", "0"], "--tasks must be >= 1"),
     (["--methods", "etro,grpo"], "list grpo first"),
@@ -111,6 +136,9 @@ def _check_cpu_run(out: Path, methods: tuple[str, ...]) -> dict:
         assert {"rollout", "score", "reference", "update"} <= set(r["phases_s"])
         assert r["step_s"] >= sum(v for k, v in r["phases_s"].items() if k != "teacher" or name != "seed") * 0.99
         assert r["train_tokens"] > r["scored_action_tokens"] > 0 and r["lr_step_kept"] == 1.0  # float32
+        marks = [(row["after"], row["phase"]) for row in r["timeline"]]
+        assert marks[0] == ("start-up", "startup") and marks[-1] == ("update", "update")
+        assert ("score", "score") in marks and all(row["estimate_gib"] > 0 for row in r["timeline"])
     if "etro" in methods:
         etro = results["methods"]["etro"]
         assert etro["phases_s"]["teacher"] > 0 and etro["writer"] == "oracle" and etro["teacher"] == "old"
@@ -122,7 +150,10 @@ def _check_cpu_run(out: Path, methods: tuple[str, ...]) -> dict:
         seed = results["methods"]["seed"]
         assert seed["writer"] == "self" and seed["teacher"] == "current" and seed["phases_s"]["write"] > 0
     assert results["scoring"]["status"] == "ok" and results["scoring"]["tokens"] > 0
-    assert (out / "gpu_check.md").read_text().count("\n| ") == len(methods) + 1
+    text = (out / "gpu_check.md").read_text()
+    steps, *timelines = text.split("\nMemory of the ")
+    assert steps.count("\n| ") == len(methods) + 1
+    assert [t.split()[0] for t in timelines] == list(methods)  # a phase-boundary table a step
     return results
 
 

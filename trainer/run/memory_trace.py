@@ -10,14 +10,15 @@ at once, each rank's shapes are real) of which this process is rank 0.
 
 Two phases, as the planner names them:
 
-* **update**: one micro-batch of ``algo.micro_batch_size`` sequences of the longest sequence a training stage
-  runs (:func:`micro_batch`), through the trainer's scoring path (:func:`trainer.models.vision.decoder_states`,
-  then the LM head on the scored positions in chunks of :data:`~trainer.episodes.scoring.HEAD_CHUNK`,
-  recomputed in the backward pass), the backward pass, gradient clipping when ``algo.grad_clip`` > 0, then
-  AdamW's step.  AdamW's moments exist before the step (a run's second step onwards) and the gradients are
-  freed after it, as :func:`trainer.stages.rl._minibatch` does.
-* **score**: the policy (with entropies, as the old policy is scored) then the reference, one micro-batch each,
-  without gradients, inside :func:`trainer.parallel.unsharded` (both gathered whole for the whole phase).
+* **update**: one micro-batch of the planner's update (:func:`trainer.run.memory.training_batches`: RL turns,
+  and the writer's examples with Stage 1's replay), through the trainer's scoring path
+  (:func:`trainer.models.vision.decoder_states`, then the LM head on the scored positions in chunks of
+  :data:`~trainer.episodes.scoring.HEAD_CHUNK`, recomputed in the backward pass), the backward pass, gradient
+  clipping when ``algo.grad_clip`` > 0, then AdamW's step.  AdamW's moments exist before the step (a run's
+  second step onwards) and the gradients are freed after it, as :func:`trainer.stages.rl._minibatch` does.
+* **score**: the policy (with entropies, as the old policy is scored) then the reference, one micro-batch each
+  (:func:`trainer.run.memory.scoring_batch`), without gradients, inside :func:`trainer.parallel.unsharded`
+  (both gathered whole for the whole phase).
 
 What a GPU run would do differently, and how the trace stands in for it.  A CPU build of torch cannot fake
 ``cuda`` tensors through autograd (a gradient accumulator asks the CUDA device guard, which the CPU build
@@ -55,7 +56,7 @@ from trainer.models.backbones import resolve_dtype
 from trainer.models.precision import MASTER_DTYPE, autocast, set_compute_dtype
 from trainer.models.vision import decoder_states
 from trainer.parallel.shard import shard, unsharded
-from trainer.run.memory import backbone_config
+from trainer.run.memory import backbone_config, scoring_batch, training_batches
 
 PHASES = ("update", "score")
 UNTRACKED = "Reference shards"  # a part FSDPMemTracker cannot be told about (its track_external does nothing)
@@ -89,17 +90,6 @@ class MemoryTrace:
         if when not in PHASES:
             raise ValueError(f"phase: {when!r} is not traced; valid phases: {', '.join(PHASES)}")
         return getattr(self, when).peak
-
-
-def micro_batch(cfg: RunConfig) -> tuple[int, int, int]:
-    """``(sequences, length, scored)`` of the largest micro-batch a training stage runs: ``algo.micro_batch_size``
-    sequences of the longest stage's prompt plus response (a turn; with Stage 1 or the warm start, a writer
-    example: its prompt and hindsight), of which the response's tokens are scored."""
-    responses = [cfg.rollout.max_new_tokens]
-    if cfg.stages.skill_sft.enabled or cfg.stages.warm_start.enabled:
-        responses.append(cfg.writer.max_new_tokens)
-    scored = max(responses)
-    return cfg.algo.micro_batch_size, cfg.model.max_prompt_tokens + scored, scored
 
 
 class _Scoring(torch.nn.Module):
@@ -178,7 +168,7 @@ def trace_memory(cfg: RunConfig, workers: int | None = None) -> MemoryTrace:
     if getattr(config, "vision_config", None) is not None:
         raise ValueError(f"model.backbone: {cfg.model.backbone!r} has a vision tower; the memory trace builds "
                          "text decoders only")
-    sequences, length, scored = micro_batch(cfg)
+    (sequences, length, scored), scoring = training_batches(cfg)["update"], scoring_batch(cfg)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     with _process_group(workers):
         with fake:
@@ -199,9 +189,11 @@ def trace_memory(cfg: RunConfig, workers: int | None = None) -> MemoryTrace:
             optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay,
                                           foreach=True)
             _warm_up(cfg, model, optimizer)
-            ids = torch.randint(0, config.get_text_config().vocab_size, (sequences, length))  # [n, L]
+            vocab = config.get_text_config().vocab_size
+            ids = torch.randint(0, vocab, (sequences, length))  # [n, L]
             backward, step = _trace_update(cfg, model, optimizer, reference, ids, scored, workers)
-            score = _trace_score(model, optimizer, reference, ids, scored, workers)
+            ids = torch.randint(0, vocab, scoring[:2])
+            score = _trace_score(model, optimizer, reference, ids, scoring[2], workers)
     return MemoryTrace(backward, step, score, workers, params, time.perf_counter() - start)
 
 

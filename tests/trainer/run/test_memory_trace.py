@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from support.paths import DATA
-from trainer.run.memory import plan_memory
-from trainer.run.memory_trace import UNTRACKED, micro_batch, trace_memory
+from trainer.run.memory import plan_memory, scoring_batch, training_batches
+from trainer.run.memory_trace import UNTRACKED, trace_memory
 from trainer.run.resolve import load_config, resolve
 
 MICRO = DATA / "train_micro.yaml"
@@ -24,12 +24,17 @@ def small(workers: int = 1, *extra: str):
     return resolve(load_config(MICRO, [*SMALL, f"parallel.workers={workers}", *extra]))
 
 
-def test_the_micro_batch_is_the_longest_stage():
-    """A turn is the prompt and the response; with Stage 1 (SEED) a writer example, its prompt and hindsight."""
-    assert micro_batch(small()) == (4, 512 + 256, 256)
+def test_the_trace_runs_the_planners_micro_batches():
+    """The update trains on turns, the prompt and the response (with Stage 1's replay, on the writer's
+    examples too: its prompt and hindsight); the score phase scores turns (the teacher's: with the skill)."""
+    assert training_batches(small())["update"] == (4, 512 + 256, 256)
     seed = small(1, "algo.method=seed", "writer.max_new_tokens=1024")
-    assert seed.stages.skill_sft.enabled
-    assert micro_batch(seed) == (4, 512 + 1024, 1024)
+    assert seed.stages.skill_sft.enabled and training_batches(seed)["update"] == (4, 512 + 256, 256)
+    assert training_batches(seed)["stage1"][1:] == (512 + 1024, 1024)
+    replay = small(1, "algo.method=seed", "writer.max_new_tokens=1024", "stages.skill_sft.replay=0.5")
+    assert training_batches(replay)["update"] == (4, 512 + 1024, 1024)
+    assert scoring_batch(seed) == (4, 512 + 256 + (seed.writer.max_skill_tokens if seed.algo.teacher == "old" else 0),
+                                   256)
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +92,6 @@ def test_the_planner_scores_as_traced(traces, workers):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "trainer/run/memory.py plan_memory / _update_bytes add the whole gradients (4P/N), the autocast copies, "
-    "one recomputed layer (_layer_bytes) and the LM-head chunk (_head_bytes) as if all were live at once; the "
-    "backward's peak is at the head chunk, before most gradients exist (1 rank: 0.7 MiB of gradients and "
-    "74 MiB of activations and temporaries traced, 15 + 8 + 120 MiB planned), and the step's peak holds "
-    "foreach AdamW's float32 temporary (4P/N), which the plan lacks"))
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_planner_updates_as_traced(traces, workers):
     assert _ratio(small(workers), traces[workers], "update") == pytest.approx(1, abs=0.15)
