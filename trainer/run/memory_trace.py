@@ -1,6 +1,6 @@
 """One step of the trainer traced at any size without its memory: the check on :mod:`trainer.run.memory`.
 
-The policy and the reference are built from the backbone's config (:func:`trainer.run.memory.backbone_config`)
+The policy and the reference are built from the backbone's config (:func:`trainer.models.architecture.backbone_config`)
 under PyTorch's ``FakeTensorMode``: every tensor has its shape, dtype and device but no storage, so a 7B step
 runs on this CPU in seconds.  PyTorch's own trackers (``torch.distributed._tools``, the tools TorchTitan's
 memory estimator runs) count what the step allocates and frees, by storage, and keep the peak: ``MemTracker``
@@ -52,11 +52,12 @@ from transformers import AutoModelForCausalLM
 
 from trainer.config import RunConfig
 from trainer.episodes.scoring import HEAD_CHUNK, head_logprobs, recomputed_head
+from trainer.models.architecture import backbone_config
 from trainer.models.backbones import resolve_dtype
 from trainer.models.precision import MASTER_DTYPE, autocast, set_compute_dtype
 from trainer.models.vision import decoder_states
 from trainer.parallel.shard import shard, unsharded
-from trainer.run.memory import backbone_config, scoring_batch, training_batches
+from trainer.run.memory import scoring_batch, training_batches
 
 PHASES = ("update", "score")
 UNTRACKED = "Reference shards"  # a part FSDPMemTracker cannot be told about (its track_external does nothing)

@@ -12,9 +12,10 @@ import pytest
 
 from support.paths import DATA, EXAMPLES, ROOT
 from sweeps.cli import main
+from trainer.models.architecture import HUB_CONFIGS, architecture
 from trainer.models.paper_shapes import PAPER_SIZES
 from trainer.run import memory
-from trainer.run.memory import GIB, HUB_CONFIGS, architecture, describe, plan_memory
+from trainer.run.memory import GIB, describe, plan_memory
 from trainer.run.resolve import load_config, resolve
 
 PAPERS = sorted((ROOT / "examples" / "papers").glob("*.yaml"))
@@ -262,8 +263,8 @@ def test_lora_plans_optimizer_states_and_gradients_for_the_adapters_only():
     """With model.lora the moments (8 bytes a parameter) are the adapters' (rank x (in + out) per
     adapted layer), and the reference is the base itself, no copy."""
     from trainer.config import LoRAConfig
+    from trainer.models.architecture import backbone_config
     from trainer.models.lora import lora_params
-    from trainer.run.memory import backbone_config
 
     path = SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml"
     full = plan_memory(resolve(load_config(path)), 80)
