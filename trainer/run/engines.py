@@ -41,13 +41,15 @@ def engine_plan(cfg: RunConfig) -> tuple[Engine, ...]:
 
 
 def snapshot_engine_config(cfg: RunConfig) -> ModelConfig:
-    """The model settings a writer snapshot's engine is built with: the run's, sleep mode
-    off (:func:`engine_plan`); says so in one line when the policy's engine sleeps."""
+    """The model settings a writer snapshot's engine is built with: the run's, at the sleep
+    level :func:`engine_plan` gives it (so the plan is what runs); says so in one line when
+    that differs from the policy's."""
     model = cfg.model
-    if model.backend != "vllm" or not model.vllm.sleep_level:
+    snapshot = next((e for e in engine_plan(cfg) if e.role == "writer snapshot"), None)
+    if snapshot is None or snapshot.sleep_level == model.vllm.sleep_level:
         return model
     log.warning("writer snapshot (writer.kind=%s, writer.refresh_every=%d): its vLLM engine stays awake "
                 "through every phase; model.vllm.sleep_level=%d applies to the policy's engine alone "
                 "(vLLM's sleep memory pool is one a process)", cfg.writer.kind, cfg.writer.refresh_every,
                 model.vllm.sleep_level)
-    return dataclasses.replace(model, vllm=dataclasses.replace(model.vllm, sleep_level=0))
+    return dataclasses.replace(model, vllm=dataclasses.replace(model.vllm, sleep_level=snapshot.sleep_level))
