@@ -3,8 +3,9 @@
 A lent GPU machine has no network and takes at most 64 MiB along with the working tree.  Its
 image has Python 3.12 with :data:`IMAGE` (torch, transformers, pandas, pyarrow, matplotlib,
 accelerate and what they depend on) but none of MLflow, Ray, Optuna or vLLM.  The trainer's
-import path needs :data:`NEEDS` beyond that (the sqlite MLflow store and the searchqa
-retriever); Ray and Optuna are only imported by ``hindsight sweep``.
+import path needs :data:`NEEDS` beyond that (the sqlite MLflow store, the searchqa
+retriever and peft, which every model load imports for LoRA adapters); Ray and Optuna are
+only imported by ``hindsight sweep``.
 
 ``make gpu-bundle`` (this script) downloads, for Python 3.12 on manylinux x86-64, the
 distributions in the dependency closure of :data:`NEEDS` that the image does not surely have
@@ -45,7 +46,7 @@ IMAGE = ("torch", "transformers", "pandas", "pyarrow", "matplotlib", "accelerate
 STABLE_ROOTS = ("torch", "pandas", "pyarrow", "matplotlib")
 CORE_DEPS = ("transformers", "accelerate", "huggingface-hub", "tokenizers", "safetensors", "regex",
              "pyyaml", "tqdm", "psutil")
-NEEDS = ("mlflow-skinny", "sqlalchemy", "alembic", "rank-bm25")
+NEEDS = ("mlflow-skinny", "sqlalchemy", "alembic", "rank-bm25", "peft")
 TARGET_PYTHON = "3.12"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 LIMIT_MIB = 50

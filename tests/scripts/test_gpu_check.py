@@ -3,6 +3,8 @@ a lent GPU image lacks, installed into an empty folder and used to run the check
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata as md
 import importlib.util
 import json
 import os
@@ -12,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from support.paths import ROOT
 
@@ -222,6 +225,30 @@ def test_bundle_pins_are_what_the_trainer_needs_beyond_the_image():
     assert not image & set(pins)
     assert not {"ray", "optuna", "mlflow", "vllm"} & set(pins)  # never needed by train or the check
     assert "sqlparse" in {n for n, _ in gpu_bundle.installed_requires("mlflow-skinny", frozenset(), "3.12")}
+
+
+def _module_level_imports(folders) -> set[str]:
+    """Top-level names of the modules imported at module level under ``folders`` (the imports a
+    training run cannot avoid; optional ones such as vLLM and Ray are deferred into functions)."""
+    names = set()
+    for path in (p for folder in folders for p in (ROOT / folder).rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - {"trainer", "envs", "sweeps", "analysis", "reports"}
+
+
+def test_every_module_the_trainer_imports_is_in_the_image_or_the_bundle():
+    """A dependency the trainer imports at module level but the bundle leaves out (peft, when
+    LoRA came in) makes the GPU machine's first ``import trainer`` fail; the image test below is
+    slow, this one reads the imports."""
+    have = gpu_bundle.image_has((gpu_bundle.TARGET_PYTHON,)) | set(gpu_bundle.bundle_pins())
+    dists = md.packages_distributions()
+    missing = {m for m in _module_level_imports(["trainer", "envs"])
+               if not any(canonicalize_name(d) in have for d in dists.get(m, [m]))}
+    assert not missing, f"imported by the trainer but neither in the GPU image nor in NEEDS: {sorted(missing)}"
 
 
 @pytest.fixture(scope="module")
