@@ -1,7 +1,7 @@
 """The docs hold together: every `hindsight ...` command in a fenced block of README.md,
-docs/*.md and docs/results/*.md parses with the command line's own parser (argparse only: no
-handler runs, no work is done), and every relative link and image in them points at a file
-that exists (and, for a link into a Markdown page, at a heading that exists)."""
+CHANGELOG.md, docs/*.md and docs/results/*.md parses with the command line's own parser
+(argparse only: no handler runs, no work is done), and every relative link and image in them
+points at a file that exists (and, for a link into a Markdown page, at a heading that exists)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 from support.paths import ROOT
 from sweeps.cli import build_parser
 
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "results").glob("*.md")])
+PAGES = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md"),
+                *(ROOT / "docs" / "results").glob("*.md")])
 FENCE = re.compile(r"^[ \t]*(```|~~~)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")

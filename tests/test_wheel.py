@@ -16,6 +16,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from support.paths import EXAMPLES, ROOT
 
@@ -71,7 +72,11 @@ def test_the_wheel_imports_from_the_scratch_venv(installed, tmp_path):
     where, version = got.stdout.split()
     assert Path(where).is_relative_to(bin_dir.parent), where
     assert not Path(where).is_relative_to(ROOT)
-    assert version != "0+unknown"
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        release = tomllib.load(f)["project"]["version"]
+    assert version == release  # the wheel's metadata, not the main venv's editable install
+    printed = _run([str(bin_dir / "hindsight"), "--version"], tmp_path, env)
+    assert printed.stdout == f"hindsight-lab {release}\n", printed.stdout + printed.stderr
 
 
 def test_memory_plans_a_paper_study_from_the_installed_wheel(installed, tmp_path):
