@@ -133,8 +133,11 @@ def test_driver_killed_then_relaunched_finds_the_finished_trials(tmp_path, clust
 def test_node_killed_mid_trial_trials_retried_in_their_runs(tmp_path, cluster):
     """Last in this module: it kills the second node.  Its trials are retried by Tune on the
     head (FailureConfig) and continue the same runs; the study completes, one run a pair."""
+    # One hs_slot a node, one a trial: two trials at once, one on each node.  By CPUs alone
+    # (0.5 of 2 a node) Ray may pack all four on the head, and then none runs on the node
+    # this test kills (seen in CI).
     path = _study(tmp_path, "nodekill", grid={"seed": [0, 1, 2, 3]}, max_concurrent=4,
-                  resources={"cpus": 0.5}, ray_address=cluster.address)
+                  resources={"cpus": 0.5, "custom": {"hs_slot": 1}}, ray_address=cluster.address)
     study = load_study(path)
     driver = subprocess.Popen([sys.executable, str(FAKES), str(path), "slow"], cwd=tmp_path,
                               env=service_env(), start_new_session=True, text=True,

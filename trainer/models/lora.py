@@ -47,7 +47,7 @@ from torch.distributed.tensor import DTensor
 from trainer.config import ConfigError, LoRAConfig
 from trainer.models.precision import MASTER_DTYPE
 from trainer.parallel.group import is_main
-from trainer.parallel.shard import full_tensors
+from trainer.parallel.shard import full_tensors, is_sharded
 
 ADAPTER = "default"  # peft's name of the one adapter a model carries
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # peft's file names: PeftModel.from_pretrained reads them
@@ -133,7 +133,8 @@ def merge_into_base(model: torch.nn.Module, seed: int = 0) -> bool:
     model as it is now.  Returns whether any adapter was non-zero (else nothing changes);
     then the base holds weights no name gives (:func:`base_name` None)."""
     layers = adapter_layers(model)
-    if not any(layer.lora_B[ADAPTER].weight.any() for layer in layers.values()):
+    # whole B (a collective when sharded): every rank must take the same branch
+    if not any(_whole(layer.lora_B[ADAPTER].weight).any() for layer in layers.values()):
         return False
     set_base_name(model, None)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
@@ -199,10 +200,23 @@ def engine_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]
     return merged_tensors(model, tensors) if has_adapters(model) else tensors
 
 
-def save_merged(model: torch.nn.Module, folder: str | Path, merge: bool = True) -> None:
+def save_merged(model: torch.nn.Module, folder: str | Path, merge: bool = True, write: bool = True) -> None:
     """An HF folder (weights and config) of ``model`` with its adapters merged (``merge``)
-    or left out (the base alone); ``model.save_pretrained`` for a model without adapters."""
-    state = dict(merged_tensors(model, model.state_dict().items(), merge)) if has_adapters(model) else None
+    or left out (the base alone); ``model.save_pretrained`` for a model without adapters.
+
+    A sharded model's tensors are gathered whole one at a time (a collective: every rank
+    calls this in step); only a rank with ``write`` keeps them and writes the folder, the
+    others gather and drop them (one folder for all ranks: ``write=is_main()``)."""
+    if not has_adapters(model) and not is_sharded(model):
+        if write:
+            model.save_pretrained(folder, safe_serialization=True)
+        return
+    tensors = merged_tensors(model, full_tensors(model), merge) if has_adapters(model) else full_tensors(model)
+    if not write:
+        for _ in tensors:
+            pass
+        return
+    state = {name: tensor.detach().to("cpu") for name, tensor in tensors}
     model.save_pretrained(folder, safe_serialization=True, state_dict=state)
 
 

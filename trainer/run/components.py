@@ -61,7 +61,7 @@ from trainer.models.lora import (
 from trainer.models.paper_shapes import uses_local_tokenizer
 from trainer.models.precision import frozen_copy
 from trainer.models.vision import VisionCodec, is_vision_model
-from trainer.parallel.group import broadcast_object, is_main
+from trainer.parallel.group import barrier, broadcast_object, is_main
 from trainer.parallel.shard import frozen_shards, is_sharded, unsharded
 from trainer.run.checkpoint import RL_BASE, WRITER, load_module, rl_init_path
 from trainer.run.engines import snapshot_engine_config
@@ -326,7 +326,8 @@ def lora_base(ctx: Components) -> None:
     name = base_name(ctx.model)
     if merged or name is None or Path(name).is_dir():
         folder = Path(ctx.cfg.output.dir) / "checkpoints" / RL_BASE
+        save_merged(ctx.model, folder, merge=False, write=is_main())  # a sharded policy: every rank gathers
         if is_main():
-            save_merged(ctx.model, folder, merge=False)
             ctx.tokenizer.save_pretrained(folder)
+        barrier()  # the other ranks name a folder rank 0 has finished writing
         set_base_name(ctx.model, str(folder))

@@ -49,6 +49,18 @@ def _init() -> None:
                             rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
 
 
+def _finish() -> None:
+    """Leave the process group together: a rank that exits while its peer still works (rank 0
+    compares with its one-process run last) tears gloo's connections down under it, and one CI
+    run saw that rank abort (exit -6) at shutdown.  A launcher (Ray Train, torchrun) does this
+    for the trainer."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def _write(out: str, job: str, payload) -> None:
     path = Path(out) / f"{job}_rank{os.environ['RANK']}.json"
     path.write_text(json.dumps(payload, indent=1))
@@ -517,3 +529,4 @@ if __name__ == "__main__":
         print(f"{job}: {launch(world_size, job, out, payload):.1f} s")
     else:
         JOBS[sys.argv[2]](sys.argv[3], json.loads(sys.argv[4]))
+        _finish()
