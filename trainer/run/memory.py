@@ -141,6 +141,7 @@ class MemoryPlan:
     phases: tuple[str, ...] = RL_PHASES  # the run's phases, in order
     device: str = "cuda"
     kv: KVCache | None = None
+    trained: int = 0  # parameters with float32 masters and AdamW moments (LoRA: the adapters); 0 = all
 
     def resident(self, phase: str) -> list[Part]:
         """The parts held in ``phase`` (a key of :data:`PHASES`)."""
@@ -325,7 +326,7 @@ def plan_memory(cfg: RunConfig, device_gib: float | None = None) -> MemoryPlan:
     _add_training(add, cfg, arch, c, device, trained, adapters > 0)
     _add_scoring(add, cfg, arch, c)
     kv = _add_generation(add, cfg, arch, c, name, device, device_bytes, phases)
-    return MemoryPlan(tuple(parts), device_bytes, arch, n, phases, device, kv)
+    return MemoryPlan(tuple(parts), device_bytes, arch, n, phases, device, kv, trained)
 
 
 def training_batches(cfg: RunConfig) -> dict[str, tuple[int, int, int]]:
@@ -471,7 +472,7 @@ def describe(plan: MemoryPlan) -> str:
         ranks = f" per rank of {plan.workers}" + (" (a GPU each)" if plan.device == "cuda" else "")
     line = (f"{plan.peak / GIB:.1f} GiB at the peak ({TITLES[plan.peak_phase]}){ranks} of {plan.device_name()}: "
             f"{verdict} ({_count(plan.arch.params)} parameters)")
-    state = 12 * plan.arch.params / plan.workers  # float32 masters and AdamW's two moments
+    state = 12 * (plan.trained or plan.arch.params) / plan.workers  # float32 masters and AdamW's two moments
     if state > plan.device_bytes:
         line += (f"; the float32 masters and AdamW moments alone take {state / GIB:.1f} GiB a rank: shard "
                  f"them over more GPUs (parallel.workers, now {plan.workers})")

@@ -207,6 +207,10 @@ def test_the_7b_studies_fit_eight_gpus_and_not_one(name, capsys):
     assert main(["memory", str(study), "--gpu-memory", "80", "--set", "base.parallel.workers=1"]) == 1
     last = capsys.readouterr().out.splitlines()[-1]
     assert "does not fit" in last and "masters and AdamW moments alone take 85.1 GiB" in last
+    # LoRA: masters and moments for the adapters alone, so sharding is not what it lacks
+    assert main(["memory", str(study), "--gpu-memory", "80", "--set", "base.parallel.workers=1",
+                 "--set", "base.model.lora.rank=16"]) in (0, 1)
+    assert "masters and AdamW moments alone" not in capsys.readouterr().out.splitlines()[-1]
 
 
 @pytest.mark.parametrize("path", PAPERS, ids=lambda p: p.name)
