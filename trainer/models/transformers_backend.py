@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
 
 from trainer.models.constrained import TemplateMask
 from trainer.models.generation import (
@@ -59,6 +60,7 @@ class TransformersBackend(GenerationBackend):
         self._reusing = False
         self._kept: _KeptCache | None = None
         self.reused_tokens = 0  # prompt tokens served from a kept cache (for benchmarks)
+        self.shared_tokens = 0  # prompt tokens a call did not feed: repeated prompts, a shared prefix (benchmarks)
         self._token_text: dict[int, str] = {}  # token id -> its own decoded text (stop strings)
         self._templates: dict[tuple, TemplateMask] = {}  # a template's token classes, built once
 
@@ -150,18 +152,7 @@ class TransformersBackend(GenerationBackend):
         :class:`~trainer.models.constrained.TemplateMask`): each row samples only the tokens
         its cursor allows and stops when the template is complete."""
         device = self.model.device
-        start = self._resume(prompts) if keep else None
-        extra = {}  # a vision model's pixel values, fed with the prefill only
-        if start is None:
-            ids, mask = left_pad(prompts, self.tokenizer.pad_token_id, device)  # [B, P]
-            cache = DynamicCache(config=self.model.config)
-            start = _KeptCache(cache, mask, [list(p) for p in prompts])
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
-            if is_vision_model(self.model):  # M-RoPE: [3, B, P]
-                extra, positions = vision_inputs(self.model, ids, mask, images, self.vision)
-            step_ids = ids
-        else:
-            step_ids, positions = start.pending_ids, start.pending_positions  # [B, S]
+        start, positions, logits = self._prefill(prompts, max_new_tokens, keep, images)
         cache, mask, seqs = start.cache, start.mask, start.sequences
         tokens: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
@@ -173,20 +164,11 @@ class TransformersBackend(GenerationBackend):
             if nxt is not None:
                 step_ids = nxt.unsqueeze(-1)  # [B, 1]
                 positions = positions[..., -1:] + 1  # [B, 1] ([3, B, 1] for M-RoPE)
-                extra = {}
                 column = torch.tensor(fed, dtype=mask.dtype, device=device).unsqueeze(-1)  # [B, 1]
                 mask = torch.cat([mask, column], dim=-1)  # [B, L+1]
                 for b in (b for b, own in enumerate(fed) if own):
                     seqs[live[b]].append(tokens[live[b]][-1])
-            logits = self.model(
-                input_ids=step_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **{self._cache_kw: cache},
-                **self._keep_kw,
-                **extra,
-            ).logits[:, -1, :]  # [B, V]
+                logits = self._forward(step_ids, mask, positions, cache)  # [B, V]
             if self._banned:
                 logits[:, self._banned] = float("-inf")
             if cursors is not None:  # a finished row (None) samples freely: its token is not kept
@@ -219,7 +201,7 @@ class TransformersBackend(GenerationBackend):
             self._kept = _KeptCache(cache, mask, seqs)
         return list(zip(tokens, logprobs, done))
 
-    def _resume(self, prompts) -> _KeptCache | None:
+    def _resume(self, prompts, max_new_tokens: int) -> _KeptCache | None:
         """The kept cache narrowed to the rows that ``prompts`` extend (in order), with the
         new tokens of each prompt as the pending block; None when some prompt extends none."""
         kept, self._kept = self._kept, None
@@ -233,6 +215,67 @@ class TransformersBackend(GenerationBackend):
                 return None
             rows.append(j)
             j += 1
+        self.reused_tokens += sum(len(kept.sequences[j]) for j in rows)
+        _spare(kept.cache, max_new_tokens)
+        return self._extend(kept, rows, prompts)
+
+    def _prefill(self, prompts, max_new_tokens: int, keep: bool,
+                 images) -> tuple[_KeptCache, torch.Tensor, torch.Tensor]:
+        """The cache after ``prompts`` (a kept one extended when ``keep`` allows), the positions
+        of the tokens fed last [B, S] ([3, B, S] for M-RoPE) and the next-token logits [B, V]."""
+        start = self._resume(prompts, max_new_tokens) if keep else None
+        if start is None and not images and not is_vision_model(self.model):
+            return self._prefill_distinct(prompts, max_new_tokens)
+        extra = {}  # a vision model's pixel values, fed with the prefill only
+        if start is None:  # a vision model: every prompt afresh, with its images and M-RoPE positions
+            ids, mask = left_pad(prompts, self.tokenizer.pad_token_id, self.model.device)  # [B, P]
+            extra, positions = vision_inputs(self.model, ids, mask, images, self.vision)  # [3, B, P]
+            start = _KeptCache(_cache(self.model, max_new_tokens), mask, [list(p) for p in prompts], ids, positions)
+        logits = self._forward(start.pending_ids, start.mask, start.pending_positions, start.cache, extra)
+        return start, start.pending_positions, logits
+
+    def _prefill_distinct(self, prompts, max_new_tokens: int) -> tuple[_KeptCache, torch.Tensor, torch.Tensor]:
+        """A fresh prefill (:meth:`_prefill`) that encodes each distinct prompt once (a
+        rollout's first turn repeats each task's prompt group-size times; a step's trajectories
+        that played alike give the writer the same prompt) and, when they share at least
+        :data:`SHARED_PREFIX_MIN` tokens (the writer's prompts share its system prompt and the
+        environment's description, a third of each), that prefix once, as one row.  Each row
+        then holds what a prefill of its own prompt holds: the same keys at the same positions
+        (its padding, now between prefix and rest, masked), each row samples from its own
+        generator, and a repeated prompt's rows are copies that part when they sample."""
+        device = self.model.device
+        distinct = list(dict.fromkeys(tuple(p) for p in prompts))
+        shared = _common_prefix(distinct) if len(distinct) > 1 else 0
+        shared = shared if shared >= SHARED_PREFIX_MIN else 0
+        cache = _cache(self.model, max_new_tokens)
+        if shared:
+            self._forward(torch.tensor([distinct[0][:shared]], device=device),
+                          torch.ones(1, shared, dtype=torch.long, device=device),
+                          torch.arange(shared, device=device)[None], cache)  # [1, P]
+            cache.batch_repeat_interleave(len(distinct))
+        mask = torch.ones(len(distinct), shared, dtype=torch.long, device=device)  # [D, P]
+        start = self._extend(_KeptCache(cache, mask, [list(distinct[0][:shared])] * len(distinct)),
+                             list(range(len(distinct))), distinct)
+        logits = self._forward(start.pending_ids, start.mask, start.pending_positions, cache)  # [D, V]
+        fed = shared + sum(len(p) - shared for p in distinct)
+        self.shared_tokens += sum(len(p) for p in prompts) - fed
+        mask, positions = start.mask, start.pending_positions
+        if len(distinct) < len(prompts):
+            row = {p: i for i, p in enumerate(distinct)}
+            index = torch.tensor([row[tuple(p)] for p in prompts], device=device)
+            cache.reorder_cache(index)
+            mask, positions, logits = mask[index], positions[index], logits[index]  # [B, ...]
+        return _KeptCache(cache, mask, [list(p) for p in prompts]), positions, logits
+
+    def _forward(self, ids, mask, positions, cache, extra=None) -> torch.Tensor:
+        """The next-token logits [B, V] after feeding ``ids`` [B, S] at ``positions`` into
+        ``cache`` (``mask`` [B, L + S]: 1 = attended)."""
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                          **{self._cache_kw: cache}, **self._keep_kw, **(extra or {})).logits[:, -1, :]
+
+    def _extend(self, kept: _KeptCache, rows: list[int], prompts) -> _KeptCache:
+        """``kept`` narrowed to ``rows``, row b extended by what ``prompts[b]`` adds to its
+        sequence: those tokens left-padded as the pending block, at the positions that follow."""
         device = self.model.device
         news = [list(p[len(kept.sequences[j]):]) for p, j in zip(prompts, rows)]
         ids, block = left_pad(news, self.tokenizer.pad_token_id, device)  # [B, S]
@@ -241,8 +284,8 @@ class TransformersBackend(GenerationBackend):
             first = len(kept.sequences[j])
             positions[b, ids.shape[1] - len(new):] = torch.arange(first, first + len(new))
         index = torch.tensor(rows, device=device)
-        kept.cache.reorder_cache(index)
-        self.reused_tokens += sum(len(kept.sequences[j]) for j in rows)
+        if rows != list(range(len(kept.sequences))):
+            kept.cache.reorder_cache(index)
         return _KeptCache(kept.cache, torch.cat([kept.mask[index], block], dim=-1),
                           [list(p) for p in prompts], ids, positions)
 
@@ -265,6 +308,72 @@ class TransformersBackend(GenerationBackend):
         return any(s in tail and s not in previous for s in stop_strings)
 
 
+# A fresh prefill encodes the prefix its prompts share once when it holds this many tokens (below
+# it, the extra forward pass costs more than it saves).
+SHARED_PREFIX_MIN = 16
+
+
+class _GrowingLayer(DynamicLayer):
+    """A :class:`~transformers.cache_utils.DynamicLayer` whose keys and values [B, H, L, D] are
+    the leading positions of buffers with ``spare`` more.  DynamicLayer concatenates: it
+    allocates and copies the whole cache for every sampled token (on a CPU the fresh allocation
+    is paged in anew each time: 15% of the self writer's time); this layer writes into the room
+    left and copies only when it runs out.  A row that leaves the batch keeps the others' room.
+    The values it returns are those DynamicLayer returns."""
+
+    def __init__(self, spare: int = 0):
+        super().__init__()
+        self.spare = spare
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # [B, H, capacity, D] each
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        held = self.get_seq_length()
+        size = held + key_states.shape[-2]
+        if not self._viewing() or size > self._buffers[0].shape[-2]:
+            room = (*key_states.shape[:-2], size + self.spare, key_states.shape[-1])
+            buffers = (key_states.new_empty(room), value_states.new_empty(room))
+            if held:
+                buffers[0][..., :held, :] = self.keys
+                buffers[1][..., :held, :] = self.values
+            self._buffers = buffers
+        self._buffers[0][..., held:size, :] = key_states
+        self._buffers[1][..., held:size, :] = value_states
+        self.keys, self.values = self._buffers[0][..., :size, :], self._buffers[1][..., :size, :]
+        return self.keys, self.values
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if not self._viewing():
+            super().reorder_cache(beam_idx)
+            return
+        size = self.get_seq_length()
+        self._buffers = tuple(b.index_select(0, beam_idx.to(b.device)) for b in self._buffers)
+        self.keys, self.values = self._buffers[0][..., :size, :], self._buffers[1][..., :size, :]
+
+    def _viewing(self) -> bool:
+        """Whether keys and values are still views of the buffers (repeat, select and crop
+        replace them with tensors of their own)."""
+        return (self._buffers is not None and self.keys.numel() > 0
+                and self.keys.data_ptr() == self._buffers[0].data_ptr()
+                and self.keys.shape[0] == self._buffers[0].shape[0])
+
+
+def _cache(model: PreTrainedModel, spare: int) -> DynamicCache:
+    """The model's dynamic cache with its full-attention layers as :class:`_GrowingLayer` with
+    ``spare`` room (a call's ``max_new_tokens``)."""
+    cache = DynamicCache(config=model.config)
+    cache.layers = [_GrowingLayer(spare) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+def _spare(cache: DynamicCache, spare: int) -> None:
+    """Give a kept cache's growing layers the room of the next call."""
+    for layer in cache.layers:
+        if isinstance(layer, _GrowingLayer):
+            layer.spare = spare
+
+
 @dataclass
 class _KeptCache:
     """A KV cache and, per row, its mask [B, L] (1 = the row's own token) and the token ids
@@ -275,6 +384,14 @@ class _KeptCache:
     sequences: list[list[int]]
     pending_ids: torch.Tensor | None = None
     pending_positions: torch.Tensor | None = None
+
+
+def _common_prefix(prompts) -> int:
+    """The number of leading tokens all ``prompts`` share, leaving each at least one."""
+    width, shared = min(len(p) for p in prompts) - 1, 0
+    while shared < width and all(p[shared] == prompts[0][shared] for p in prompts):
+        shared += 1
+    return shared
 
 
 def _extends(prompt: Sequence[int], prefix: list[int]) -> bool:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from transformers import DynamicCache
 
 from support.paths import DATA
 from support.tiny import CORPUS, SMALL
@@ -16,13 +17,15 @@ from trainer.models.backbones import build_tiny_model, load_model, load_smollm2,
 from trainer.models.backends import make_backend
 from trainer.models.chat import encode, encode_chat
 from trainer.models.generation import (
+    NUCLEUS_CANDIDATES,
     STOP_STRINGS,
     Generation,
     GenerationBackend,
     default_stop_token_ids,
+    outside_nucleus,
     sample_next,
 )
-from trainer.models.transformers_backend import TransformersBackend
+from trainer.models.transformers_backend import SHARED_PREFIX_MIN, TransformersBackend, _cache
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +209,95 @@ def test_rows_that_finish_early_leave_the_batch_without_changing_the_others(toke
             before = tokenizer.decode(a.token_ids[:-1])
             assert any(s in a.text and s not in before for s in ("e", "</action>"))
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_shared_prefix_and_repeated_prompts_are_encoded_once(tokenizer, model, temperature):
+    """The self writer's prompts share a long prefix and repeat (trajectories that played
+    alike): the prefill feeds the prefix once and each distinct rest once, and every row
+    samples what it samples alone with its seed (a repeated prompt's rows included)."""
+    prefix = encode_chat(tokenizer, [{"role": "system", "content": CORPUS[0]}, {"role": "user", "content": "go"}])
+    rests = [encode(tokenizer, c) for c in (CORPUS[1][:20], CORPUS[3][:9], CORPUS[1][:20], "go", CORPUS[1][:20])]
+    prompts = [prefix + r for r in rests]
+    seeds = [21, 22, 23, 24, 25]
+    fed = []
+    hook = model.register_forward_hook(lambda _m, args, kwargs, _out: fed.append(tuple(kwargs["input_ids"].shape)),
+                                       with_kwargs=True)
+    try:
+        backend = TransformersBackend(model, tokenizer)
+        batched = backend.generate(prompts, max_new_tokens=16, temperature=temperature, seeds=seeds,
+                                   stop_strings=("e",))
+    finally:
+        hook.remove()
+    distinct = [rests[0], rests[1], rests[3]]
+    assert len(prefix) >= SHARED_PREFIX_MIN
+    assert fed[:2] == [(1, len(prefix)), (3, max(len(r) for r in distinct))]  # the prefill's two forwards
+    assert all(shape[1] == 1 for shape in fed[2:])  # then one token a row
+    assert backend.shared_tokens == sum(map(len, prompts)) - len(prefix) - sum(map(len, distinct))
+    alone = [TransformersBackend(model, tokenizer).generate([p], max_new_tokens=16, temperature=temperature,
+                                                          seeds=[s], stop_strings=("e",))[0]
+             for p, s in zip(prompts, seeds)]
+    assert [g.token_ids for g in batched] == [g.token_ids for g in alone]
+    for a, b in zip(batched, alone):
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=1e-5)
+    if temperature:
+        assert len({tuple(batched[i].token_ids) for i in (0, 2, 4)}) > 1  # one prompt, three seeds
+
+
+def test_decoding_writes_into_the_cache_instead_of_copying_it(tokenizer, model):
+    """The cache's layers hand the attention the keys and values a DynamicCache does, through
+    single-token steps, a repeat, a reorder with a repeated row and a crop, while a token
+    written into the room left moves nothing (DynamicLayer copies the whole cache)."""
+    torch.manual_seed(0)
+    growing, plain = _cache(model, spare=3), DynamicCache(config=model.config)
+    layer = growing.layers[0]
+    shape = (2, SMALL.num_kv_heads, 5, SMALL.hidden_size // SMALL.num_heads)
+
+    def step(n: int = 1):
+        k, v = torch.randn(shape[0], shape[1], n, shape[3]), torch.randn(shape[0], shape[1], n, shape[3])
+        for index in range(SMALL.num_layers):
+            out = growing.update(k, v, index)
+            assert all(torch.equal(a, b) for a, b in zip(out, plain.update(k, v, index)))
+        assert torch.equal(plain.layers[0].keys, layer.keys) and torch.equal(plain.layers[0].values, layer.values)
+
+    step(5)
+    where = layer.keys.data_ptr()
+    step(), step(), step()  # the spare room: no copy
+    assert layer.keys.data_ptr() == where and layer.keys.shape[-2] == 8
+    step()  # full: one copy, with room again
+    for cache in (growing, plain):
+        cache.reorder_cache(torch.tensor([1, 1, 0]))
+    shape = (3, *shape[1:])
+    step()
+    for cache in (growing, plain):
+        cache.batch_repeat_interleave(2)
+        cache.crop(-2)
+    shape = (6, *shape[1:])
+    step(), step()
+    assert layer.keys.shape == (6, SMALL.num_kv_heads, 10, shape[3])
+
+
+def test_the_nucleus_comes_from_the_top_candidates_without_sorting_the_vocabulary(monkeypatch):
+    """Where the nucleus closes within :data:`NUCLEUS_CANDIDATES` tokens, no row is sorted,
+    and the cut is the one the whole sorted rows give; a flat row falls back to the sort."""
+    def reference(logprobs, top_p):
+        ranked, order = logprobs.sort(dim=-1, descending=True)
+        probs = ranked.exp()
+        return torch.zeros_like(ranked, dtype=torch.bool).scatter(-1, order, probs.cumsum(-1) - probs >= top_p)
+
+    generator = torch.Generator().manual_seed(0)
+    peaked = torch.log_softmax(torch.randn(6, 512, generator=generator) * 6, dim=-1)
+    flat = torch.log_softmax(torch.randn(2, 512, generator=generator) * 0.1, dim=-1)
+    expected = {p: reference(peaked, p) for p in (0.5, 0.9, 0.95)}
+    sorted_rows = []
+    real_sort = torch.Tensor.sort
+    monkeypatch.setattr(torch.Tensor, "sort", lambda self, *a, **k: sorted_rows.append(1) or real_sort(self, *a, **k))
+    for p, cut in expected.items():
+        assert torch.equal(outside_nucleus(peaked, p), cut)
+        assert (~cut).sum(-1).max() < NUCLEUS_CANDIDATES  # within the candidates
+    assert not sorted_rows
+    mixed = torch.cat([peaked, flat])
+    assert torch.equal(outside_nucleus(mixed, 0.9), reference(mixed, 0.9)) and sorted_rows
 
 
 def test_prompts_that_extend_no_kept_row_are_prefilled_afresh(tokenizer, model):
