@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from analysis.diagnostics import Skipped, regional_alignment
 from analysis.recovery import summarize_recovery
+from analysis.stats import bootstrap_ci
 from reports.diagnostic_tables import recovery_table
 from reports.figures import regional_alignment as draw
 from reports.tables import Provenance, to_markdown, write_table
@@ -78,8 +79,15 @@ def _skill_command(ctx, args) -> int:
     print(f"Delta on {signal['tokens']:.0f} action tokens: mean |Delta| {signal['delta_abs']:.3f}, "
           f"mean {signal['delta_mean']:+.3f} nats; gate {signal['gate_mean']:.3f} +/- "
           f"{signal['gate_std']:.3f} (std)")
+    pairs = signal["paired_differences"]
+    signal["lift_ci_low"], signal["lift_ci_high"] = bootstrap_ci(pairs, seed=cfg.seed)
+    (out / "skill_signal.json").write_text(json.dumps(
+        {**signal, "actor": str(args.actor), "writer": cfg.writer.kind, "git_sha": git_sha()},
+        indent=1) + "\n")
     print(f"success with the skill in context {signal['success_skill']:.3f}, without "
-          f"{signal['success_no_skill']:.3f} (the same {signal['skilled']:.0f} tasks and seeds)")
+          f"{signal['success_no_skill']:.3f} (the same {signal['skilled']:.0f} tasks and seeds): "
+          f"lift {sum(pairs) / len(pairs):+.3f}, 95% paired bootstrap interval "
+          f"[{signal['lift_ci_low']:+.3f}, {signal['lift_ci_high']:+.3f}] over {len(pairs)} pairs")
     print(f"written: {out / 'skill_signal.json'}")
     return 0
 

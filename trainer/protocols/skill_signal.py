@@ -12,7 +12,11 @@ exactly as at RL time (the student's history, ``added_skills``, cut to
 
 over every action token of a trajectory with a valid skill.  Then the same trajectories'
 tasks are played again twice with common request seeds: with the skill in the actor's context
-(Skill-Prompt) and without.  Never an update, and nothing here reaches evaluation.
+(Skill-Prompt) and without.  Each replayed task gives one paired difference
+(success with - success without, in {-1, 0, 1}); their mean is the Skill-Prompt lift, and
+``hindsight diagnose skill`` puts a bootstrap interval on it, which the pairing narrows (the
+common seeds make the two replays of a task differ only where the skill moved an action).
+Never an update, and nothing here reaches evaluation.
 """
 
 from __future__ import annotations
@@ -36,17 +40,18 @@ PHASES = ("play", "write", "score", "replay with skill", "replay without")
 
 
 @torch.no_grad()
-def skill_signal(ctx: Components, tasks: int, samples: int, progress: bool = False) -> dict[str, float]:
+def skill_signal(ctx: Components, tasks: int, samples: int, progress: bool = False) -> dict:
     """The skill signal of the actor in ``ctx`` with its writer ``ctx.writer`` (module
     docstring): ``delta_abs``, ``delta_mean``, ``gate_std``, ``gate_mean`` over ``tokens``
     action tokens of ``skilled`` trajectories (of ``trajectories``, ``valid_rate`` of them with a
-    valid skill), ``success_skill`` and ``success_no_skill`` on the replays of those.
+    valid skill), ``success_skill`` and ``success_no_skill`` on the replays of those, and
+    ``paired_differences`` (a list: one per replayed task, with - without).
     ``progress``: a bar over :data:`PHASES` (minutes each on household)."""
     with tqdm(PHASES, desc="diagnose skill", disable=not progress) as bar:
         return _signal(ctx, tasks, samples, bar)
 
 
-def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict[str, float]:
+def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict:
     def phase(name: str) -> None:
         bar.update(name != PHASES[0])  # a phase is done when the next begins
         bar.set_postfix_str(name)
@@ -86,4 +91,6 @@ def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict[str, float]:
     return {**out, "tokens": float(delta.numel()), "delta_abs": float(delta.abs().mean()),
             "delta_mean": float(delta.mean()), "gate_mean": float(gate.mean()),
             "gate_std": float(gate.std()), "success_skill": _success(with_skill),
-            "success_no_skill": _success(without)}
+            "success_no_skill": _success(without),
+            "paired_differences": [float(a.episode.success) - float(b.episode.success)
+                                   for a, b in zip(with_skill, without, strict=True)]}

@@ -33,7 +33,11 @@ def test_the_skill_signal_leaves_the_actor_unchanged_and_is_consistent(tmp_path)
     assert signal["tokens"] > 6 and signal["delta_abs"] >= abs(signal["delta_mean"])
     assert 0.0 < signal["gate_mean"] < 1.0 and signal["gate_std"] >= 0.0
     assert 0.0 <= signal["success_skill"] <= 1.0 and 0.0 <= signal["success_no_skill"] <= 1.0
-    assert skill_signal(ctx, tasks=3, samples=2) == pytest.approx(signal)  # seeded throughout
+    pairs = signal.pop("paired_differences")  # one per replayed task, with - without
+    assert len(pairs) == 6 and set(pairs) <= {-1.0, 0.0, 1.0}
+    assert sum(pairs) / 6 == pytest.approx(signal["success_skill"] - signal["success_no_skill"])
+    again = skill_signal(ctx, tasks=3, samples=2)
+    assert again.pop("paired_differences") == pairs and again == pytest.approx(signal)  # seeded throughout
 
 
 def test_diagnose_skill_command_prints_and_writes_the_signal(tmp_path, capsys):
@@ -43,5 +47,7 @@ def test_diagnose_skill_command_prints_and_writes_the_signal(tmp_path, capsys):
     assert main(argv) == 0
     signal = json.loads((out / "skill_signal.json").read_text())
     assert signal["writer"] == "oracle" and signal["trajectories"] == 2
+    assert signal["lift_ci_low"] <= signal["lift_ci_high"]  # two pairs: a bootstrap interval
     printed = capsys.readouterr().out
     assert "mean |Delta|" in printed and "success with the skill in context" in printed
+    assert "95% paired bootstrap interval" in printed and "over 2 pairs" in printed
