@@ -103,6 +103,8 @@ warm-start: $(VENV)/.installed
 		--out trainer/assets/warm_start/household-small --eval-tasks 60
 	$(PY) scripts/warm_start.py examples/ezpoints_small.yaml \
 		--out trainer/assets/warm_start/ezpoints --eval-tasks 100
+	OMP_NUM_THREADS=2 $(PY) scripts/warm_start.py examples/ezpoints_smollm2.yaml \
+		--out trainer/assets/warm_start/ezpoints-smollm2 --eval-tasks 20 --threads 2
 
 bench: $(VENV)/.installed
 	$(PY) scripts/bench_envs.py
