@@ -55,6 +55,13 @@ def test_the_smollm2_bundle_is_its_adapter_alone():
     assert not any(p.name in ("model.safetensors", "base") for p in path.iterdir())
 
 
+def test_the_smollm2_example_starts_from_its_bundle():
+    """A warm start is on by default for the tiny backbones only: the example turns it on, so
+    that its checkpoint is used rather than silently ignored."""
+    ws = resolve(load_config(SMOLLM2)).stages.warm_start
+    assert ws.enabled and ws.checkpoint == "ezpoints-smollm2"
+
+
 @pytest.mark.slow
 def test_a_run_starts_from_the_bundled_smollm2_warm_start_with_nothing_downloaded(tmp_path, monkeypatch):
     """`hindsight train examples/ezpoints_smollm2.yaml`, cut to one small step: the bundle
