@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx, metrics = train_warm_start(cfg, bar)
     metrics["warm/seconds"] = time.perf_counter() - start
     print(json.dumps(metrics, indent=1))
+    save_bundle(ctx, Path(args.out), metrics, {})  # kept if the evaluation is cut short; rewritten below
     evaluation = evaluate_policy(ctx, args.eval_tasks)
     evaluation.update({k.removeprefix("writer/"): v for k, v in writer_validity(ctx).items()})
     evaluation["writer_max_new_tokens"] = cfg.writer.max_new_tokens  # the panel's budget

