@@ -9,7 +9,10 @@ after an operator) or an unparseable response is an invalid step: reward
 ``-invalid_penalty``, "Nothing happens.", the formula unchanged, the episode continues.
 
 Observations are text: what the last token did, the two cards by name ("Q of hearts"), the
-formula so far and, with ``show_admissible`` (the default), the admissible tokens.  The same
+formula so far and, with ``show_admissible`` (the default), the admissible tokens.  With
+``hidden_cards=1`` the second card lies face down ("?") until the episode ends: the text, the
+image and the admissible list (where the hidden card's value shows as "?") do not tell it, so
+only a hindsight that names it (the oracle's workflow names both cards) can.  The same
 state renders as an image (:meth:`EZPointsEnv.image`: the two cards and the formula, as
 gym_cards shows them); with ``images=True`` every step's ``info["image"]`` holds it.
 
@@ -18,13 +21,15 @@ Splits ``train`` (1000 deals) and ``eval`` (200).  ``info`` carries ``state_key`
 equals 12, e.g. after the wrong operator, or after an ``=`` that lost), ``plan``, ``valid``,
 ``action``, ``score``, ``formula`` and ``value`` (of the formula so far).  The expert writes
 the first card, the operator that works, the second card, then ``=``; it uses only the
-visible cards, so it is also the demonstrator.
+visible cards, so it is also the demonstrator (with ``hidden_cards`` it knows the hidden card:
+its demonstrations without a skill are privileged).
 """
 
 from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 from envs.base import StepResult, Task, TextEnv, parse_tagged, with_admissible
@@ -85,11 +90,17 @@ class EZPointsEnv(TextEnv):
         show_admissible: bool = True,
         images: bool = False,
         image_size: int = 300,
+        hidden_cards: int = 0,
     ):
         """``max_turns`` 0 = 6 (four tokens solve a deal); ``show_admissible``:
         observations end with the admissible tokens; ``images``: every step's
-        ``info["image"]`` is the rendered table (``image_size`` square pixels)."""
+        ``info["image"]`` is the rendered table (``image_size`` square pixels);
+        ``hidden_cards``: how many of the last cards lie face down until the episode ends
+        (0 or 1)."""
+        if hidden_cards not in (0, 1):
+            raise ValueError(f"env.hidden_cards: {hidden_cards!r} is not valid; valid: 0, 1")
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
+        self.hidden_cards = hidden_cards
         self.show_admissible = show_admissible
         self.images = images
         self.image_size = image_size
@@ -215,7 +226,8 @@ class EZPointsEnv(TextEnv):
             "A token that cannot stand here (a value no unused card has, an operator where a "
             f"number must stand, = after an operator) does nothing (\"{INVALID_OBSERVATION}\") "
             f"and still uses a turn; the game ends after {self.max_turns} turns."
-        )
+        ) + (" The second card is dealt face down (shown as ?) and turned over when the game "
+             "ends." if self.hidden_cards else "")
 
     def task_instruction(self, task: Task) -> str:
         return f"Your task is to: {task.instruction}"
@@ -247,7 +259,8 @@ class EZPointsEnv(TextEnv):
     def render_text(self) -> str:
         """The cards and the formula so far (the text part of every observation)."""
         self._require()
-        cards = ", ".join(card_name(c) for c in self.cards)
+        cards = ", ".join("? (face down)" if hidden else card_name(c)
+                          for c, hidden in zip(self.cards, self._hidden()))
         formula = " ".join(self.formula + ((EQUALS,) if self.ended else ())) or "(empty)"
         return f"Cards: {cards}.\nFormula: {formula}"
 
@@ -255,13 +268,27 @@ class EZPointsEnv(TextEnv):
         """The table as a PIL image: the two cards and the formula (``image_size``)."""
         self._require()
         shown = self.formula + ((EQUALS,) if self.ended else ())
-        return draw(self.cards, shown, self.image_size)
+        cards = tuple(("?", "") if hidden else c for c, hidden in zip(self.cards, self._hidden()))
+        return draw(cards, shown, self.image_size)
 
     def _observe(self, message: str) -> str:
         text = f"{message}\n{self.render_text()}"
         if not self.show_admissible or self.ended:
             return text
-        return with_admissible(text, self.admissible_actions())
+        return with_admissible(text, self._shown_admissible())
+
+    def _hidden(self) -> list[bool]:
+        """Which cards lie face down now: the last ``hidden_cards`` until the episode ends."""
+        n = 0 if self.done else self.hidden_cards
+        return [i >= len(self.cards) - n for i in range(len(self.cards))]
+
+    def _shown_admissible(self) -> list[str]:
+        """The admissible tokens as the table shows them: a number only a face-down card
+        holds is listed as "?" (its value would give the card away)."""
+        visible = Counter(v for v, hidden in zip(self.values, self._hidden()) if not hidden)
+        left = visible - Counter(int(t) for t in self.formula if t.isdigit())
+        shown = [t if not t.isdigit() or left[int(t)] else "?" for t in self.admissible_actions()]
+        return list(dict.fromkeys(shown))
 
     def _verdict(self) -> str:
         shown = " ".join(self.formula)

@@ -2,7 +2,8 @@
 
 A green table as in gym_cards: the two cards side by side (white, rank in the corners and
 large in the middle, suit written under it, red for hearts and diamonds) and the formula so
-far along the bottom ("Formula: 10 + 2").  Square, ``size`` pixels (300 by default).
+far along the bottom ("Formula: 10 + 2"); a card ``("?", "")`` lies face down (its blue
+back).  Square, ``size`` pixels (300 by default).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 TABLE_RGB, CARD_RGB, TEXT_RGB = (53, 101, 77), (250, 250, 245), (255, 255, 255)
-INK_RGB, RED_RGB = (20, 20, 20), (200, 30, 30)
+INK_RGB, RED_RGB, BACK_RGB = (20, 20, 20), (200, 30, 30), (40, 60, 150)
 
 
 @lru_cache(maxsize=8)
@@ -40,7 +41,10 @@ def draw(cards, formula, size: int = 300):
         x = gap + i * (width + gap)
         ink = RED_RGB if suit in ("hearts", "diamonds") else INK_RGB
         pen.rounded_rectangle((x, top, x + width, top + height), radius=max(2, width // 12),
-                              fill=CARD_RGB, outline=INK_RGB, width=max(1, size // 150))
+                              fill=BACK_RGB if rank == "?" else CARD_RGB, outline=INK_RGB,
+                              width=max(1, size // 150))
+        if rank == "?":
+            continue
         pen.text((x + width // 12, top + width // 14), rank, fill=ink, font=small)
         pen.text((x + width // 2, top + height // 2), rank, fill=ink, font=big, anchor="mm")
         pen.text((x + width // 2, top + height * 3 // 4), suit, fill=ink, font=small, anchor="mm")

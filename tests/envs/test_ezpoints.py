@@ -3,6 +3,7 @@ distance, expert, ground-truth error turns, parser, images."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -110,6 +111,49 @@ def test_observations_show_cards_formula_and_admissible_tokens():
                              "Formula: 10 + 2 =")
     assert (r.reward, r.done, r.success, r.info["distance"], r.info["score"]) == (1.0, True, True, 0, 1.0)
     assert "admissible" not in EZPointsEnv(show_admissible=False).reset(KING_TWO)
+
+
+def test_a_hidden_card_lies_face_down_until_the_episode_ends():
+    """hidden_cards=1: the second card and its value are in no observation (the text, the
+    admissible list, the image) before the episode ends; the end turns it over."""
+    env = EZPointsEnv(hidden_cards=1)
+    first = env.reset(KING_TWO)
+    assert first == ("The cards are dealt.\nCards: K of clubs, ? (face down).\nFormula: (empty)\n"
+                     "Your admissible actions of the current situation are: ['10', '?'].")
+    assert "face down" in env.system_prompt() and "face down" not in EZPointsEnv().system_prompt()
+    assert env.image().getpixel((225, 120)) == (40, 60, 150)  # the blue back of the second card
+    act(env, "10")
+    r = act(env, "+")
+    assert r.observation.endswith("Formula: 10 +\nYour admissible actions of the current situation are: ['?'].")
+    assert "2 of diamonds" not in r.observation and "'2'" not in r.observation
+    assert act(env, "3").observation.startswith(INVALID_OBSERVATION)  # a wrong guess
+    act(env, "2")
+    r = act(env, "=")
+    assert r.success and r.observation.endswith("Cards: K of clubs, 2 of diamonds.\nFormula: 10 + 2 =")
+    assert env.image().getpixel((225, 120)) == (250, 250, 245)  # face up
+    env.reset(KING_TWO)
+    for _ in range(env.max_turns):  # running out of turns turns it over too
+        r = act(env, "7")
+    assert r.done and "2 of diamonds" in r.observation
+    with pytest.raises(ValueError, match="env.hidden_cards: 2 is not valid; valid: 0, 1"):
+        EZPointsEnv(hidden_cards=2)
+
+
+def test_the_oracle_skill_names_the_card_that_lies_face_down():
+    """What the hidden setting is for: the hindsight tells what the observation hides."""
+    env = EZPointsEnv(hidden_cards=1)
+    episode = run_episode(env, TWO_SIX, lambda e, o, turns: format_response(next(iter(["2"]))))
+    assert not any("6 of spades" in t.observation for t in episode.turns)
+    hindsight = Oracle(lambda: EZPointsEnv(hidden_cards=1)).write(episode)
+    assert "Read both cards (2 and 6)" in hindsight.positive_skill
+
+
+def test_the_default_deals_every_card_face_up_as_before():
+    """hidden_cards=0 is the env the SmolLM2 warm start was fingerprinted on (its default
+    max_turns), and a face-down card is another env: a bundle trained face up does not load."""
+    meta = json.loads((ROOT / "trainer/assets/warm_start/ezpoints-smollm2/warm_start.json").read_text())
+    assert envs.fingerprint(EZPointsEnv(hidden_cards=0)) == meta["env_fingerprint"]
+    assert envs.fingerprint(EZPointsEnv(hidden_cards=1)) != meta["env_fingerprint"]
 
 
 def test_invalid_tokens_cost_the_penalty_and_change_nothing():

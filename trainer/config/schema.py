@@ -195,6 +195,10 @@ class EnvConfig:
     # Show each observation's image (sokoban, ezpoints) before its text, for a vision-language
     # backbone (tiny-vl, or a Qwen2-VL / Qwen2.5-VL path); the text rendering stays.
     images: bool = False
+    # How many of the last cards lie face down ("?") until the episode ends (ezpoints: 0 or
+    # 1): the observation then hides what the oracle's hindsight names, so a skill can change
+    # what the policy does (issue 36).  0 = every card face up.
+    hidden_cards: int = field(default=0, metadata={"ge": 0, "le": 1})
 
 
 @dataclass(frozen=True)

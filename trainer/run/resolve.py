@@ -73,6 +73,10 @@ def check_registered(cfg: RunConfig) -> None:
         with_images = [n for n in envs.names() if envs.has_option(n, "images")]
         raise ConfigError(f"env.images: {cfg.env.name} renders no images; envs with images: "
                           f"{', '.join(with_images)}")
+    if cfg.env.hidden_cards and not envs.has_option(cfg.env.name, "hidden_cards"):
+        with_hidden = [n for n in envs.names() if envs.has_option(n, "hidden_cards")]
+        raise ConfigError(f"env.hidden_cards: {cfg.env.name} deals no cards face down; envs with "
+                          f"hidden cards: {', '.join(with_hidden)}")
     text_only = is_builtin_backbone(cfg.model.backbone) and cfg.model.backbone != TINY_VL_BACKBONE
     if cfg.env.images and text_only:
         raise ConfigError(f"model.backbone: {cfg.model.backbone!r} reads text only; env.images needs "

@@ -325,10 +325,17 @@ def test_env_level_and_admissible_switch_resolve_per_env():
         resolve(apply_overrides(RunConfig(), ["env.progress_reward=-0.5"]))
     with pytest.raises(ConfigError, match="env.action_match: 'closest'.*exact, nearest"):
         resolve(apply_overrides(RunConfig(), ["env.action_match=closest"]))
+    with pytest.raises(ConfigError, match="env.hidden_cards: shop deals no cards face down.*: ezpoints"):
+        resolve(apply_overrides(RunConfig(), ["env.name=shop", "env.hidden_cards=1"]))
+    with pytest.raises(ConfigError, match="env.hidden_cards: expected an integer >= 0 and <= 1, got 2"):
+        apply_overrides(RunConfig(), ["env.name=ezpoints", "env.hidden_cards=2"])
 
 
 def test_env_factory_passes_level_and_switch_to_the_env():
     from trainer.run.components import env_factory
+
+    hidden = env_factory(resolve(apply_overrides(RunConfig(), ["env.name=ezpoints", "env.hidden_cards=1"])))()
+    assert hidden.hidden_cards == 1
 
     env = env_factory(resolve(apply_overrides(RunConfig(), ["env.level=small", "env.show_admissible=false"])))()
     assert (env.level, env.show_admissible) == ("small", False)
