@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.run.resolve import load_config, resolve
     from trainer.stages.evaluate import evaluate_policy
     from trainer.stages.skill_sft import writer_validity
-    from trainer.stages.warm_start import save_bundle, train_warm_start
+    from trainer.stages.warm_start import save_bundle, train_warm_start, write_card
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -51,12 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         ctx, metrics = train_warm_start(cfg, bar)
     metrics["warm/seconds"] = time.perf_counter() - start
     print(json.dumps(metrics, indent=1))
-    save_bundle(ctx, Path(args.out), metrics, {})  # kept if the evaluation is cut short; rewritten below
+    path = save_bundle(ctx, Path(args.out), metrics, {})  # kept if the evaluation is cut short
     evaluation = evaluate_policy(ctx, args.eval_tasks)
     evaluation.update({k.removeprefix("writer/"): v for k, v in writer_validity(ctx).items()})
     evaluation["writer_max_new_tokens"] = cfg.writer.max_new_tokens  # the panel's budget
     print(json.dumps(evaluation, indent=1))
-    path = save_bundle(ctx, Path(args.out), metrics, evaluation)
+    write_card(ctx, path, metrics, evaluation)
     print(f"saved {path}")
     return 0
 

@@ -31,3 +31,18 @@ def test_the_bundle_is_saved_before_its_evaluation(tmp_path, monkeypatch):
     meta = json.loads((tmp_path / "ws" / BUNDLE_META).read_text())
     assert meta["evaluation"] == {} and meta["metrics"]["warm/examples"] > 0
     assert (tmp_path / "ws" / "model.safetensors").is_file()
+
+
+def test_the_card_gets_the_evaluation_and_the_weights_are_written_once(tmp_path, monkeypatch):
+    import trainer.stages.skill_sft
+    import trainer.stages.warm_start as warm_start
+
+    saves = []
+    real = warm_start.save_model
+    monkeypatch.setattr(warm_start, "save_model", lambda *a, **k: saves.append(1) or real(*a, **k))
+    monkeypatch.setattr(trainer.stages.evaluate, "evaluate_policy", lambda ctx, n: {"eval/success/greedy": 0.5})
+    monkeypatch.setattr(trainer.stages.skill_sft, "writer_validity", lambda ctx: {"writer/panel_valid_rate": 0.25})
+    assert script().main([str(DATA / "train_micro.yaml"), "--out", str(tmp_path / "ws"), "--eval-tasks", "1"]) == 0
+    meta = json.loads((tmp_path / "ws" / BUNDLE_META).read_text())
+    assert meta["evaluation"]["eval/success/greedy"] == 0.5 and meta["evaluation"]["panel_valid_rate"] == 0.25
+    assert saves == [1] and (tmp_path / "ws" / "model.safetensors").is_file()

@@ -202,8 +202,14 @@ def save_bundle(ctx: Components, out: Path, metrics: dict[str, float], evaluatio
         shutil.rmtree(out)
     out.mkdir(parents=True)
     save_model(ctx.model, ctx.tokenizer, out)  # under LoRA: the adapter, naming its base
+    write_card(ctx, out, metrics, evaluation)
+    return out
+
+
+def write_card(ctx: Components, out: Path, metrics: dict[str, float], evaluation: dict[str, float]) -> None:
+    """The bundle's :data:`BUNDLE_META` alone (its settings, fingerprint, training figures and
+    ``evaluation``), e.g. once the evaluation of weights already saved is done."""
     meta = {"settings": _bundle_settings(ctx.cfg), "env_fingerprint": bundle_fingerprint(ctx.cfg),
             "warm_start": to_dict(ctx.cfg.stages.warm_start), "seed": ctx.cfg.seed,
             "metrics": metrics, "evaluation": evaluation}
     (out / BUNDLE_META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    return out
