@@ -337,10 +337,11 @@ class TextEnv(abc.ABC):
         object was) can override it to act on them."""
         return self.demo_action(history, epsilon=0.0, rng=rng)
 
-    def demo_thought(self, task: Task) -> str:
+    def demo_thought(self, task: Task, skill: str | None = None) -> str:
         """The demonstrator's reasoning text (inside ``<think>``) for ``task`` in the current
-        state (read only from what the policy sees); behaviour cloning teaches the policy to
-        write it before each action.  Default: none."""
+        state (read only from what the policy sees, and ``skill`` when the demonstrator has
+        one in its context); behaviour cloning teaches the policy to write it before each
+        action.  Default: none."""
         return ""
 
     # -- prompt pieces -----------------------------------------------------------------
@@ -435,6 +436,6 @@ def demo_policy(
     def act(env: TextEnv, observation: str, turns: list[Turn]) -> str:
         action = (env.skilled_demo_action(turns, skill, rng=rng) if skill
                   else env.demo_action(turns, epsilon=epsilon, rng=rng))
-        return env.response_for(action, think=env.demo_thought(env.task))
+        return env.response_for(action, think=env.demo_thought(env.task, skill))
 
     return act

@@ -20,9 +20,12 @@ Splits ``train`` (1000 deals) and ``eval`` (200).  ``info`` carries ``state_key`
 ``distance`` (the fewest tokens to a winning ``=``; ``UNREACHABLE`` = 99 once no completion
 equals 12, e.g. after the wrong operator, or after an ``=`` that lost), ``plan``, ``valid``,
 ``action``, ``score``, ``formula`` and ``value`` (of the formula so far).  The expert writes
-the first card, the operator that works, the second card, then ``=``; it uses only the
-visible cards, so it is also the demonstrator (with ``hidden_cards`` it knows the hidden card:
-its demonstrations without a skill are privileged).
+the first card, the operator that works, the second card, then ``=``.  With the cards face up
+it uses only what the policy sees, so it is also the demonstrator.  With ``hidden_cards`` the
+expert knows the face-down card; the demonstrator does not: it writes the visible card, guesses
+an operator the visible card allows (2, 3, 4 and 6 allow both: 55% of the deals) and writes the
+value that would make 12, and its thought says the card is face down.  With a skill that names
+both cards (the oracle's does: "Read both cards (4 and 8)") it plays the cards the skill names.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from envs.base import StepResult, Task, TextEnv, parse_tagged, with_admissible
+from envs.base import StepResult, Task, TextEnv, Turn, parse_tagged, with_admissible
 from envs.ezpoints.cards import (
     EQUALS,
+    NUMBERS,
+    RANKS,
     TARGET,
     TOKENS,
     UNREACHABLE,
@@ -190,6 +195,46 @@ class EZPointsEnv(TextEnv):
         wrong = self.plausible_wrong_actions() if steps and rng.random() < 0.5 else []
         return rng.choice(wrong or self.admissible_actions() or [EQUALS])
 
+    def demo_action(self, history: Sequence[Turn], epsilon: float = 0.0,
+                    rng: random.Random | None = None) -> str:
+        """The expert with the cards face up; with a face-down card the guesser of the module
+        docstring, which reads only the visible card and its own invalid tokens in ``history``
+        (with probability ``epsilon`` a random token the table shows as admissible)."""
+        if not self.hidden_cards:
+            return self.expert_action(epsilon=epsilon, rng=rng)
+        rng = rng or self._rng
+        if epsilon > 0 and rng.random() < epsilon:
+            return rng.choice([t for t in self._shown_admissible() if t != "?"] or [EQUALS])
+        return self._guess(history, rng)
+
+    def skilled_demo_action(self, history: Sequence[Turn], skill: str,
+                            rng: random.Random | None = None) -> str:
+        """With a face-down card: the plan for the two cards ``skill`` names (:func:`skill_values`;
+        the skill, right or wrong, is followed), the guesser when it names none."""
+        if not self.hidden_cards:
+            return super().skilled_demo_action(history, skill, rng=rng)
+        named = skill_values(skill)
+        steps = plan(named, self.formula) if named else None
+        return steps[0] if steps else self._guess(history, rng or self._rng)
+
+    def _guess(self, history: Sequence[Turn], rng: random.Random) -> str:
+        """The observation-consistent guesser's next token (module docstring)."""
+        first = self._visible_value()
+        if not self.formula:
+            return str(first)
+        if len(self.formula) == 1:
+            return rng.choice([op for op, _ in completions(first)] or [EQUALS])
+        if len(self.formula) == 2:
+            tried = {t.action for t in history if not t.valid}
+            wanted = [str(x) for op, x in completions(first) if op == self.formula[1]]
+            if wanted and wanted[0] not in tried:
+                return wanted[0]
+            return rng.choice([t for t in NUMBERS if t not in tried] or [EQUALS])
+        return EQUALS
+
+    def _visible_value(self) -> int:
+        return next(v for v, hidden in zip(self.values, self._hidden()) if not hidden)
+
     def plausible_wrong_actions(self) -> list[str]:
         """Admissible tokens after which 12 is out of reach: the other operator, ``=``
         before the formula is complete."""
@@ -202,14 +247,23 @@ class EZPointsEnv(TextEnv):
                 wrong.append(token)
         return wrong
 
-    def demo_thought(self, task: Task) -> str:
+    def demo_thought(self, task: Task, skill: str | None = None) -> str:
         """What the cards are worth and the formula they make ("Q is 10 and 2 is 2: 10 + 2
-        = 12."), read from the cards alone."""
-        cards = [(str(r), value(str(r))) for r, _ in task.spec["cards"]]
-        values = tuple(v for _, v in cards)
-        solution = plan(values, ()) or ()
+        = 12."), read from the cards alone.  With a face-down card, from the visible card and
+        the cards ``skill`` names ("... as the hindsight says"), or, with no skill naming
+        them, the completions the visible card allows ("4 is 4 and the other card is face
+        down: 8 makes 4 + 8 = 12, 3 makes 4 * 3 = 12.")."""
+        ranks = [str(r) for r, _ in task.spec["cards"]]
+        named = skill_values(skill) if self.hidden_cards and skill else None
+        if self.hidden_cards and not named:
+            first = value(ranks[0])
+            options = ", ".join(f"{x} makes {first} {op} {x} = {TARGET}" for op, x in completions(first))
+            return f"{ranks[0]} is {first} and the other card is face down: {options}."
+        cards = list(zip(ranks, named or [value(r) for r in ranks]))
+        solution = plan(tuple(v for _, v in cards), ()) or ()
         worth = " and ".join(f"{r} is {v}" for r, v in cards)
-        return f"{worth}: {' '.join(solution[:-1])} = {TARGET}." if solution else f"{worth}."
+        said = " as the hindsight says" if named else ""
+        return f"{worth}{said}: {' '.join(solution[:-1])} = {TARGET}." if solution else f"{worth}{said}."
 
     # -- prompt pieces -----------------------------------------------------------------
     def system_prompt(self) -> str:
@@ -304,4 +358,22 @@ class EZPointsEnv(TextEnv):
             raise RuntimeError("ezpoints: call reset(task) first")
 
 
-__all__ = ["INVALID_OBSERVATION", "EZPointsEnv", "parse_token"]
+_NAMED_CARDS = re.compile(r"cards \((\S+) and (\S+)\)")
+
+
+def skill_values(skill: str | None) -> tuple[int, int] | None:
+    """The two card values a hindsight names in the workflow's words ("Read both cards (4 and
+    8)", :meth:`EZPointsEnv.workflow`), or None when it names none."""
+    match = _NAMED_CARDS.search(skill or "")
+    if not match or not all(rank in RANKS for rank in match.groups()):
+        return None
+    return value(match[1]), value(match[2])
+
+
+def completions(first: int) -> list[tuple[str, int]]:
+    """The (operator, card value) pairs that make 12 with ``first``: 4 -> [("+", 8), ("*", 3)]."""
+    pairs = [("+", TARGET - first), ("*", TARGET // first if TARGET % first == 0 else 0)]
+    return [(op, x) for op, x in pairs if 1 <= x <= 10]
+
+
+__all__ = ["INVALID_OBSERVATION", "EZPointsEnv", "completions", "parse_token", "skill_values"]

@@ -264,7 +264,7 @@ class HouseholdEnv(TextEnv):
             return moves[done]
         return self.demo_action(history, epsilon=0.0, rng=rng)
 
-    def demo_thought(self, task: Task) -> str:
+    def demo_thought(self, task: Task, skill: str | None = None) -> str:
         """The goal in one canonical line, whatever the instruction's wording ("put a hot
         egg in garbagecan." -> "Goal: heat the egg, then put it in/on the garbagecan."): the
         demonstrator restates it before every command, so a small policy finds the object,

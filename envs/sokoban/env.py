@@ -196,7 +196,7 @@ class SokobanEnv(TextEnv):
                 wrong.append((not pushed, a))
         return [a for _, a in sorted(wrong)]
 
-    def demo_thought(self, task: Task) -> str:
+    def demo_thought(self, task: Task, skill: str | None = None) -> str:
         """The next push of the optimal plan from the current state, read off the map: which
         box, which way, and the cell to push it from ("Push the box at row 4, column 3 up
         from row 5, column 3."), so that the move itself only has to head for that cell.  At

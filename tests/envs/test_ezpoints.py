@@ -9,8 +9,9 @@ import random
 import pytest
 
 import envs
-from envs.base import error_turn, expert_policy, format_response, run_episode
+from envs.base import demo_policy, error_turn, expert_policy, format_response, run_episode
 from envs.ezpoints import INVALID_OBSERVATION, EZPointsEnv, parse_token
+from envs.ezpoints.env import completions, skill_values
 from envs.ezpoints.cards import (
     SPLIT_SIZES,
     UNREACHABLE,
@@ -146,6 +147,50 @@ def test_the_oracle_skill_names_the_card_that_lies_face_down():
     assert not any("6 of spades" in t.observation for t in episode.turns)
     hindsight = Oracle(lambda: EZPointsEnv(hidden_cards=1)).write(episode)
     assert "Read both cards (2 and 6)" in hindsight.positive_skill
+
+
+def test_the_demonstrator_guesses_a_face_down_card_and_the_skilled_one_reads_it():
+    """With a face-down card the demonstrator sees only the visible card: its thought never
+    names the hidden one, it guesses between the operators the visible card allows (2 * 6 or
+    2 + 10), so it wins about two deals in three; with the oracle's skill, which names both
+    cards, it plays them and wins every deal.  Face up, nothing changes."""
+    env, oracle = EZPointsEnv(hidden_cards=1), Oracle(lambda: EZPointsEnv(hidden_cards=1))
+    tasks = env.panel("eval")
+
+    def task_skill(oracle, env, task):  # the oracle's skill of an expert episode, as the warm start's
+        return oracle.write(run_episode(env, task, expert_policy())).positive_skill
+
+    plain = [run_episode(env, t, demo_policy(0.0, seed=f"d{t.id}")) for t in tasks]
+    skilled = [run_episode(env, t, demo_policy(0.0, seed=f"d{t.id}", skill=task_skill(oracle, env, t)))
+               for t in tasks]
+    assert 0.55 < sum(e.success for e in plain) / len(tasks) < 0.85
+    assert all(e.success and len(e.turns) == 4 for e in skilled)
+    ambiguous = [e for e in plain if value(e.task.spec["cards"][0][0]) in (2, 3, 4, 6)]
+    assert {e.success for e in ambiguous} == {True, False}  # a guess, not the answer
+    assert all(e.success for e in plain if e not in ambiguous)  # the visible card settles these
+    for episode in plain:
+        hidden = episode.task.spec["cards"][1][0]
+        first = episode.task.spec["cards"][0][0]
+        assert all(t.response.startswith(f"<think>{first} is {value(first)} and the other card is face down")
+                   for t in episode.turns)
+        assert f" {hidden} is " not in episode.turns[0].response
+    env.reset(TWO_SIX)
+    assert env.demo_thought(TWO_SIX) == ("2 is 2 and the other card is face down: 10 makes 2 + 10 = 12, "
+                                         "6 makes 2 * 6 = 12.")
+    skill = task_skill(oracle, env, TWO_SIX)
+    assert skill_values(skill) == (2, 6) and skill_values("no cards here") is None
+    assert env.demo_thought(TWO_SIX, skill) == "2 is 2 and 6 is 6 as the hindsight says: 2 * 6 = 12."
+    # a wrong guess: after "2 +" the guesser writes 10, then other values, never 10 again
+    forced = iter(["2", "+"])
+    episode = run_episode(env, TWO_SIX, lambda e, o, turns: format_response(next(forced, None)
+                                                                            or e.demo_action(turns)))
+    actions = [t.action for t in episode.turns]
+    assert actions[:3] == ["2", "+", "10"] and "10" not in actions[3:] and not episode.success
+    face_up = EZPointsEnv()
+    face_up.reset(TWO_SIX)
+    assert face_up.demo_thought(TWO_SIX, skill) == "2 is 2 and 6 is 6: 2 * 6 = 12."
+    assert face_up.demo_action([]) == face_up.expert_action() == "2"
+    assert completions(2) == [("+", 10), ("*", 6)] and completions(7) == [("+", 5)]
 
 
 def test_the_default_deals_every_card_face_up_as_before():
