@@ -64,6 +64,7 @@ from pathlib import Path
 
 import torch
 
+import envs
 from trainer.algos import get_method
 from trainer.config import RunConfig
 from trainer.episodes.scoring import HEAD_CHUNK
@@ -335,7 +336,7 @@ def training_batches(cfg: RunConfig) -> dict[str, tuple[int, int, int]]:
     examples (prompt and hindsight), the warm start's demonstration turns (a skill in context for
     ``skill_fraction`` > 0) and writer examples (``writer_fraction`` > 0)."""
     micro, prompt = cfg.algo.micro_batch_size, cfg.model.max_prompt_tokens
-    turn = (prompt + cfg.rollout.max_new_tokens, cfg.rollout.max_new_tokens)
+    turn = (prompt + cfg.rollout.max_new_tokens, scored_a_sequence(cfg))
     writer = (prompt + cfg.writer.max_new_tokens, cfg.writer.max_new_tokens)
     ws, st = cfg.stages.warm_start, cfg.stages.skill_sft
     skilled = (turn[0] + cfg.writer.max_skill_tokens, turn[1]) if ws.skill_fraction > 0 else turn
@@ -345,13 +346,23 @@ def training_batches(cfg: RunConfig) -> dict[str, tuple[int, int, int]]:
     return {phase: (sequences, *max(candidates)) for phase, (sequences, candidates) in shapes.items()}
 
 
+def scored_a_sequence(cfg: RunConfig) -> int:
+    """Tokens the LM head scores in one RL sequence: its response, or with ``env.context: full`` (one
+    sequence a trajectory) every turn's (``env.max_turns``, else the env's default), at most the sequence."""
+    new = cfg.rollout.max_new_tokens
+    if cfg.env.context != "full":
+        return new
+    turns = cfg.env.max_turns or getattr(envs.env_class(cfg.env.name), "default_max_turns", 1)
+    return min(new * turns, cfg.model.max_prompt_tokens + new)
+
+
 def scoring_batch(cfg: RunConfig) -> tuple[int, int, int]:
     """The score phase's micro-batch, ``(sequences, length, scored)``: the student's turns, or (``algo.teacher:
     old``) the teacher's, whose sequences carry the skill on top of the student's prompt."""
     new = cfg.rollout.max_new_tokens
     teacher = bool(get_method(cfg.algo.method).skills) and cfg.algo.teacher == "old"
     length = cfg.model.max_prompt_tokens + new + (cfg.writer.max_skill_tokens if teacher else 0)
-    return cfg.algo.micro_batch_size, length, new
+    return cfg.algo.micro_batch_size, length, scored_a_sequence(cfg)
 
 
 def _add_training(add, cfg: RunConfig, arch: Architecture, c: int, device: str, trained: int, lora: bool) -> None:
