@@ -11,7 +11,6 @@ import pytest
 import envs
 from envs.base import demo_policy, error_turn, expert_policy, format_response, run_episode
 from envs.ezpoints import INVALID_OBSERVATION, EZPointsEnv, parse_token
-from envs.ezpoints.env import completions, skill_values
 from envs.ezpoints.cards import (
     SPLIT_SIZES,
     UNREACHABLE,
@@ -22,6 +21,7 @@ from envs.ezpoints.cards import (
     solvable_deals,
     value,
 )
+from envs.ezpoints.env import completions, skill_values
 from envs.oracle import Oracle
 from support.hash_seeds import outputs_under_hash_seeds
 from support.paths import ROOT

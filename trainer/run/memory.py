@@ -348,12 +348,12 @@ def training_batches(cfg: RunConfig) -> dict[str, tuple[int, int, int]]:
 
 def scored_a_sequence(cfg: RunConfig) -> int:
     """Tokens the LM head scores in one RL sequence: its response, or with ``env.context: full`` (one
-    sequence a trajectory) every turn's (``env.max_turns``, else the env's default), at most the sequence."""
+    sequence a trajectory) every turn's (``env.max_turns``, else the env's default), at most all but its first token."""
     new = cfg.rollout.max_new_tokens
     if cfg.env.context != "full":
         return new
     turns = cfg.env.max_turns or getattr(envs.env_class(cfg.env.name), "default_max_turns", 1)
-    return min(new * turns, cfg.model.max_prompt_tokens + new)
+    return min(new * turns, cfg.model.max_prompt_tokens + new - 1)  # a sequence's first token is never scored
 
 
 def scoring_batch(cfg: RunConfig) -> tuple[int, int, int]:

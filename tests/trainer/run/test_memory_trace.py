@@ -27,10 +27,10 @@ def small(workers: int = 1, *extra: str):
 def test_the_trace_runs_the_planners_micro_batches():
     """The update trains on turns, the prompt and the response (with Stage 1's replay, on the writer's
     examples too: its prompt and hindsight); the score phase scores turns (the teacher's: with the skill).
-    A window context scores one response a sequence; a full context every turn's, at most the sequence."""
+    A window context scores one response a sequence; a full context every turn's, at most all but its first token."""
     assert training_batches(small(1, "env.context=window"))["update"] == (4, 512 + 256, 256)
     assert training_batches(small(1, "env.context=full", "env.max_turns=2"))["update"] == (4, 512 + 256, 512)
-    assert training_batches(small(1, "env.context=full", "env.max_turns=5"))["update"] == (4, 512 + 256, 768)
+    assert training_batches(small(1, "env.context=full", "env.max_turns=5"))["update"] == (4, 512 + 256, 767)
     seed = small(1, "algo.method=seed", "writer.max_new_tokens=1024", "env.context=window")
     assert seed.stages.skill_sft.enabled and training_batches(seed)["update"] == (4, 512 + 256, 256)
     assert training_batches(seed)["stage1"][1:] == (512 + 1024, 1024)
