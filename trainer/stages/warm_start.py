@@ -12,6 +12,7 @@ import json
 import os
 import random
 import shutil
+import sys
 from pathlib import Path
 
 import envs
@@ -53,18 +54,33 @@ def warm_start(ctx: Components, progress=None) -> dict[str, float]:
     rng = random.Random(f"warm:{cfg.seed}")
     env, oracle = ctx.make_env(), Oracle(ctx.make_env)
     tasks = rng.sample(ctx.train_tasks, min(ws.episodes, len(ctx.train_tasks)))
-    examples = []
+    examples, lengths = [], []
     for i, task in enumerate(tasks):
         episode, skill = demonstration(env, oracle, task, ws.expert_epsilon, f"warm:{cfg.seed}:{i}",
                                        with_skill=rng.random() < ws.skill_fraction)
         traj = demo_trajectory(ctx, episode)
+        lengths += [len(ids) for ids in traj.response_ids]
         examples += ctx.builder.build(traj, skill)
         if rng.random() < ws.writer_fraction:
             examples.append(writer_example(ctx, episode, oracle.write(episode)))
+    cut = cut_share(lengths, cfg.rollout.max_new_tokens)
     metrics = sft(ctx.model, examples, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size,
                   seed=cfg.seed, progress=progress, vision=ctx.builder.vision,
                   micro_batch=MicroBatching.of(cfg.algo))
-    return {k.replace("sft/", "warm/"): v for k, v in metrics.items()}
+    return {**{k.replace("sft/", "warm/"): v for k, v in metrics.items()}, "warm/cut_turns": cut}
+
+
+def cut_share(lengths: list[int], budget: int) -> float:
+    """The share of demonstration responses (their token counts, ``lengths``) longer than the
+    rollout's ``budget`` (``rollout.max_new_tokens``): behaviour cloning learns them whole, but
+    the policy's own responses are cut there, before their action.  Warns on stderr when any is."""
+    share = sum(n > budget for n in lengths) / max(len(lengths), 1)
+    if share and is_main():
+        print(f"warning: {share:.0%} of the warm start's demonstration turns (longest {max(lengths)} "
+              f"tokens) exceed rollout.max_new_tokens={budget}: the policy's responses will be cut "
+              "before their action there; raise rollout.max_new_tokens or shorten the demonstrator's "
+              "thought", file=sys.stderr)
+    return share
 
 
 # Bumped when a demonstrator's behaviour changes without a setting changing, so that a cached

@@ -19,6 +19,7 @@ from trainer.stages.warm_start import (
     bundle_path,
     bundled_warm_starts,
     check_bundle,
+    cut_share,
     save_bundle,
     train_warm_start,
 )
@@ -234,6 +235,17 @@ def test_the_warm_start_bar_counts_down_to_its_optimizer_steps():
         ws = cfg.stages.warm_start
         assert bar.total == ws.epochs * math.ceil(metrics["warm/examples"] / ws.batch_size)
         assert bar.n == bar.total
+
+
+def test_demonstrations_longer_than_the_response_budget_are_counted_and_warned(capsys):
+    """A demonstration response longer than rollout.max_new_tokens is learned whole but cut in
+    every rollout, before its action (the face-down SmolLM2 warm start lost its open deals so):
+    the warm start logs the share as warm/cut_turns and warns on stderr."""
+    assert cut_share([10, 48, 49, 53], 48) == 0.5
+    assert "50% of the warm start's demonstration turns (longest 53 tokens)" in capsys.readouterr().err
+    assert cut_share([10, 48], 48) == 0.0 and capsys.readouterr().err == ""
+    _, metrics = train_warm_start(micro(**{"rollout.max_new_tokens": 4}))
+    assert metrics["warm/cut_turns"] > 0.5 and "rollout.max_new_tokens=4" in capsys.readouterr().err
 
 
 def test_the_cache_key_changes_with_the_demonstrations(monkeypatch):
