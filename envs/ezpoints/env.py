@@ -254,7 +254,7 @@ class EZPointsEnv(TextEnv):
         them, the completions the visible card allows ("4 is 4 and the other card is face
         down: 8 makes 4 + 8 = 12, 3 makes 4 * 3 = 12.")."""
         ranks = [str(r) for r, _ in task.spec["cards"]]
-        named = skill_values(skill) if self.hidden_cards and skill else None
+        named = skill_values(skill) if self.hidden_cards else None
         if self.hidden_cards and not named:
             first = value(ranks[0])
             options = ", ".join(f"{x} makes {first} {op} {x} = {TARGET}" for op, x in completions(first))

@@ -157,8 +157,8 @@ def test_the_demonstrator_guesses_a_face_down_card_and_the_skilled_one_reads_it(
     env, oracle = EZPointsEnv(hidden_cards=1), Oracle(lambda: EZPointsEnv(hidden_cards=1))
     tasks = env.panel("eval")
 
-    def task_skill(oracle, env, task):  # the oracle's skill of an expert episode, as the warm start's
-        return oracle.write(run_episode(env, task, expert_policy())).positive_skill
+    def task_skill(oracle, env, task):  # as trainer.stages.warm_start.task_skill: the demonstrator's episode
+        return oracle.write(run_episode(env, task, demo_policy(0.0, seed=f"skill:{task.id}"))).positive_skill
 
     plain = [run_episode(env, t, demo_policy(0.0, seed=f"d{t.id}")) for t in tasks]
     skilled = [run_episode(env, t, demo_policy(0.0, seed=f"d{t.id}", skill=task_skill(oracle, env, t)))

@@ -352,7 +352,7 @@ def scored_a_sequence(cfg: RunConfig) -> int:
     new = cfg.rollout.max_new_tokens
     if cfg.env.context != "full":
         return new
-    turns = cfg.env.max_turns or getattr(envs.env_class(cfg.env.name), "default_max_turns", 1)
+    turns = cfg.env.max_turns or envs.env_class(cfg.env.name).default_max_turns
     return min(new * turns, cfg.model.max_prompt_tokens + new - 1)  # a sequence's first token is never scored
 
 
