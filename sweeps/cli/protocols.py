@@ -19,7 +19,7 @@ from trainer.config import ConfigError
 from trainer.models.folders import require_model_folder
 from trainer.protocols.alignment import SCORING_METHOD, alignment_records
 from trainer.protocols.continuations import continuations, suite_for
-from trainer.protocols.skill_signal import skill_signal
+from trainer.protocols.skill_signal import MOVED, skill_signal
 from trainer.run.components import build_components, start_rl
 from trainer.run.resolve import load_config, resolve
 from trainer.run.store import git_sha
@@ -78,7 +78,8 @@ def _skill_command(ctx, args) -> int:
         return 1
     print(f"Delta on {signal['tokens']:.0f} action tokens: mean |Delta| {signal['delta_abs']:.3f}, "
           f"mean {signal['delta_mean']:+.3f} nats; gate {signal['gate_mean']:.3f} +/- "
-          f"{signal['gate_std']:.3f} (std)")
+          f"{signal['gate_std']:.3f} (std); |Delta| >= {MOVED:g} nat on {signal['moved_share']:.1%} of them "
+          f"(mean |Delta| {signal['moved_delta_abs']:.2f} there)")
     pairs = signal["paired_differences"]
     signal["lift_ci_low"], signal["lift_ci_high"] = bootstrap_ci(pairs, seed=cfg.seed)
     (out / "skill_signal.json").write_text(json.dumps(

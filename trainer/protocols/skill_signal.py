@@ -10,7 +10,11 @@ exactly as at RL time (the student's history, ``added_skills``, cut to
     Delta = log pi(y_tok | x, s) - log pi(y_tok | x)          (SEED's Delta, ETRO's Delta+)
     g     = sigmoid(beta_opd * Delta)                         (SEED's gate)
 
-over every action token of a trajectory with a valid skill.  Then the same trajectories'
+over every action token of a trajectory with a valid skill.  A response is mostly tokens that
+its own earlier tokens settle (the format, a thought that copies the cards), where any skill
+leaves the log-prob where it was, so the mean |Delta| is diluted by them: the tokens the skill
+moves by at least :data:`MOVED` nats are counted apart (their share, and their mean |Delta|).
+Then the same trajectories'
 tasks are played again twice with common request seeds: with the skill in the actor's context
 (Skill-Prompt) and without.  Each replayed task gives one paired difference
 (success with - success without, in {-1, 0, 1}); their mean is the Skill-Prompt lift, and
@@ -36,6 +40,9 @@ def _success(trajectories) -> float:
     return sum(t.episode.success for t in trajectories) / max(1, len(trajectories))
 
 
+# nats: a token whose probability the skill multiplies or divides by e or more is "moved"
+MOVED = 1.0
+
 PHASES = ("play", "write", "score", "replay with skill", "replay without")
 
 
@@ -46,7 +53,9 @@ def skill_signal(ctx: Components, tasks: int, samples: int, progress: bool = Fal
     action tokens of ``skilled`` trajectories (of ``trajectories``, ``valid_rate`` of them with a
     valid skill), ``success_skill`` and ``success_no_skill`` on the replays of those, and
     ``paired_differences`` (a list: one per replayed task, with - without).
-    ``progress``: a bar over :data:`PHASES` (minutes each on household)."""
+    ``moved_share`` of those tokens have |Delta| >= :data:`MOVED`, with mean |Delta|
+    ``moved_delta_abs`` (0 when none).  ``progress``: a bar over :data:`PHASES` (minutes each
+    on household)."""
     with tqdm(PHASES, desc="diagnose skill", disable=not progress) as bar:
         return _signal(ctx, tasks, samples, bar)
 
@@ -81,6 +90,7 @@ def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict:
     mask = student.mask.bool()  # [B, T]
     delta = (teacher.logp - student.logp)[mask]  # [N] action tokens
     gate = torch.sigmoid(cfg.algo.beta_opd * delta)
+    moved = delta.abs()[delta.abs() >= MOVED]
     seed = request_seed("skill-signal-replay", cfg.seed)
     replay = [t.task for t in trajs]
     phase("replay with skill")
@@ -89,7 +99,8 @@ def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict:
     without, _ = collect(ctx.make_env, replay, ctx.builder, ctx.backend, sampling, seed=seed)
     bar.update(1)
     return {**out, "tokens": float(delta.numel()), "delta_abs": float(delta.abs().mean()),
-            "delta_mean": float(delta.mean()), "gate_mean": float(gate.mean()),
+            "delta_mean": float(delta.mean()), "moved_share": moved.numel() / delta.numel(),
+            "moved_delta_abs": float(moved.mean()) if moved.numel() else 0.0, "gate_mean": float(gate.mean()),
             "gate_std": float(gate.std()), "success_skill": _success(with_skill),
             "success_no_skill": _success(without),
             "paired_differences": [float(a.episode.success) - float(b.episode.success)

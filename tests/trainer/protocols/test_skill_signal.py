@@ -32,6 +32,10 @@ def test_the_skill_signal_leaves_the_actor_unchanged_and_is_consistent(tmp_path)
     assert signal["trajectories"] == 6 and signal["skilled"] == 6  # the oracle is always valid
     assert signal["tokens"] > 6 and signal["delta_abs"] >= abs(signal["delta_mean"])
     assert 0.0 < signal["gate_mean"] < 1.0 and signal["gate_std"] >= 0.0
+    # the moved tokens are a part of all: their share of the mean |Delta| cannot exceed it
+    assert 0.0 <= signal["moved_share"] <= 1.0
+    assert signal["moved_share"] * signal["moved_delta_abs"] <= signal["delta_abs"] + 1e-9
+    assert signal["moved_delta_abs"] >= 1.0 if signal["moved_share"] else signal["moved_delta_abs"] == 0.0
     assert 0.0 <= signal["success_skill"] <= 1.0 and 0.0 <= signal["success_no_skill"] <= 1.0
     pairs = signal.pop("paired_differences")  # one per replayed task, with - without
     assert len(pairs) == 6 and set(pairs) <= {-1.0, 0.0, 1.0}
@@ -50,4 +54,5 @@ def test_diagnose_skill_command_prints_and_writes_the_signal(tmp_path, capsys):
     assert signal["lift_ci_low"] <= signal["lift_ci_high"]  # two pairs: a bootstrap interval
     printed = capsys.readouterr().out
     assert "mean |Delta|" in printed and "success with the skill in context" in printed
+    assert "|Delta| >= 1 nat on " in printed
     assert "95% paired bootstrap interval" in printed and "over 2 pairs" in printed
