@@ -249,21 +249,27 @@ class EZPointsEnv(TextEnv):
 
     def demo_thought(self, task: Task, skill: str | None = None) -> str:
         """What the cards are worth and the formula they make ("Q is 10 and 2 is 2: 10 + 2
-        = 12."), read from the cards alone.  With a face-down card, from the visible card and
-        the cards ``skill`` names ("... as the hindsight says"), or, with no skill naming
-        them, the completions the visible card allows ("4 is 4 and the other card is face
-        down: 8 makes 4 + 8 = 12, 3 makes 4 * 3 = 12.")."""
+        = 12."), read from the cards alone.  With a face-down card: from the visible card and
+        the cards ``skill`` names, with both operators' results ("4 is 4 and 3 is 3 as the
+        hindsight says: 4 + 3 = 7, 4 * 3 = 12."; cloned on the formula alone, SmolLM2 copied
+        the cards from the skill but wrote "9 * 3 = 27" as often as not), or, with no skill
+        naming them, the completions the visible card allows ("4 is 4, the other card is face
+        down: 4 + 8 or 4 * 3 = 12.").  Kept short: a response must fit the SmolLM2 example's
+        ``rollout.max_new_tokens`` (64; these are at most 57 SmolLM2 tokens), or behaviour
+        cloning teaches a response the rollouts cut before its action."""
         ranks = [str(r) for r, _ in task.spec["cards"]]
         named = skill_values(skill) if self.hidden_cards else None
         if self.hidden_cards and not named:
             first = value(ranks[0])
-            options = ", ".join(f"{x} makes {first} {op} {x} = {TARGET}" for op, x in completions(first))
-            return f"{ranks[0]} is {first} and the other card is face down: {options}."
+            options = " or ".join(f"{first} {op} {x}" for op, x in completions(first))
+            return f"{ranks[0]} is {first}, the other card is face down: {options} = {TARGET}."
         cards = list(zip(ranks, named or [value(r) for r in ranks]))
-        solution = plan(tuple(v for _, v in cards), ()) or ()
         worth = " and ".join(f"{r} is {v}" for r, v in cards)
-        said = " as the hindsight says" if named else ""
-        return f"{worth}{said}: {' '.join(solution[:-1])} = {TARGET}." if solution else f"{worth}{said}."
+        if named:  # both results, so that the operator is the one that reads 12, not a sum done silently
+            a, b = named
+            return f"{worth} as the hindsight says: {a} + {b} = {a + b}, {a} * {b} = {a * b}."
+        solution = plan(tuple(v for _, v in cards), ()) or ()
+        return f"{worth}: {' '.join(solution[:-1])} = {TARGET}." if solution else f"{worth}."
 
     # -- prompt pieces -----------------------------------------------------------------
     def system_prompt(self) -> str:

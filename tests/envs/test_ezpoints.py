@@ -171,15 +171,14 @@ def test_the_demonstrator_guesses_a_face_down_card_and_the_skilled_one_reads_it(
     for episode in plain:
         hidden = episode.task.spec["cards"][1][0]
         first = episode.task.spec["cards"][0][0]
-        assert all(t.response.startswith(f"<think>{first} is {value(first)} and the other card is face down")
+        assert all(t.response.startswith(f"<think>{first} is {value(first)}, the other card is face down")
                    for t in episode.turns)
         assert f" {hidden} is " not in episode.turns[0].response
     env.reset(TWO_SIX)
-    assert env.demo_thought(TWO_SIX) == ("2 is 2 and the other card is face down: 10 makes 2 + 10 = 12, "
-                                         "6 makes 2 * 6 = 12.")
+    assert env.demo_thought(TWO_SIX) == "2 is 2, the other card is face down: 2 + 10 or 2 * 6 = 12."
     skill = task_skill(oracle, env, TWO_SIX)
     assert skill_values(skill) == (2, 6) and skill_values("no cards here") is None
-    assert env.demo_thought(TWO_SIX, skill) == "2 is 2 and 6 is 6 as the hindsight says: 2 * 6 = 12."
+    assert env.demo_thought(TWO_SIX, skill) == "2 is 2 and 6 is 6 as the hindsight says: 2 + 6 = 8, 2 * 6 = 12."
     # a wrong guess: after "2 +" the guesser writes 10, then other values, never 10 again
     forced = iter(["2", "+"])
     episode = run_episode(env, TWO_SIX, lambda e, o, turns: format_response(next(forced, None)

@@ -86,8 +86,9 @@ def cut_share(lengths: list[int], budget: int) -> float:
 # Bumped when a demonstrator's behaviour changes without a setting changing, so that a cached
 # warm start of the old demonstrations is not reused (2: household's skilled demonstrator
 # makes the moves its skill names; 3: ezpoints' demonstrator with a face-down card guesses it
-# and its thought no longer tells it).
-DEMONSTRATIONS = 3
+# and its thought no longer tells it; 4: that thought fits a 48-token response; 5: the skilled
+# face-down thought writes both operators' results).
+DEMONSTRATIONS = 5
 
 
 def warm_start_cache(cfg: RunConfig) -> Path | None:

@@ -59,6 +59,16 @@ def test_the_smollm2_bundle_is_its_adapter_alone(config):
     assert not any(p.name in ("model.safetensors", "base") for p in path.iterdir())
 
 
+def test_the_face_down_bundle_learned_responses_that_fit_the_rollout_budget():
+    """Its demonstrations all fit rollout.max_new_tokens (the build's warm/cut_turns): the
+    previous bundle learned thoughts of 51-53 tokens under a 48-token budget, and its rollouts
+    lost every deal the face-down card left open to cut responses."""
+    cfg = resolve(load_config(SMOLLM2_HIDDEN))
+    meta = check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))
+    assert meta["metrics"]["warm/cut_turns"] == 0.0
+    assert meta["settings"]["rollout.max_new_tokens"] == cfg.rollout.max_new_tokens
+
+
 def test_the_smollm2_example_starts_from_its_bundle():
     """A warm start is on by default for the tiny backbones only: the example turns it on, so
     that its checkpoint is used rather than silently ignored."""
