@@ -342,7 +342,8 @@ class AlgoConfig:
 
 @dataclass(frozen=True)
 class WarmStartConfig:
-    # Behaviour cloning on scripted-expert demonstrations; None = on for tiny backbones only.
+    # Behaviour cloning on scripted-expert demonstrations; None = on for tiny backbones, and
+    # for any backbone whose checkpoint names a warm start to start from.
     enabled: bool | None = None
     # Scripted demonstration episodes.
     episodes: int = field(default=300, metadata={"ge": 1})

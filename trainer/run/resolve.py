@@ -111,7 +111,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
     * ``writer.kind`` <- spec ``writer``;
     * ``algo.lr`` <- DEFAULT_LR_TINY for the tiny backbone, DEFAULT_LR otherwise; Stage-1
       ``stages.skill_sft.lr`` <- the resolved ``algo.lr``;
-    * ``stages.warm_start.enabled`` <- backbone is tiny; ``stages.skill_sft.enabled`` <- spec
+    * ``stages.warm_start.enabled`` <- backbone is tiny or ``stages.warm_start.checkpoint``
+      names one; ``stages.skill_sft.enabled`` <- spec
       ``skill_sft`` (SEED Stage 1);
     * ``model.dtype`` / ``model.vllm.enforce_eager`` ``auto`` <- their value on the run's
       device (:func:`device_defaults`).
@@ -136,7 +137,8 @@ def resolve(cfg: RunConfig) -> RunConfig:
         "env.show_admissible": envs.has_admissible_switch(cfg.env.name),
         "algo.lr": lr,
         "writer.kind": spec.writer,
-        "stages.warm_start.enabled": tiny,
+        # naming a warm start to start from asks for one, whatever the backbone
+        "stages.warm_start.enabled": tiny or bool(cfg.stages.warm_start.checkpoint),
         "stages.skill_sft.enabled": spec.skill_sft,
         "stages.skill_sft.lr": lr,
     }

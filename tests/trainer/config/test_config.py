@@ -218,6 +218,11 @@ def test_resolve_fills_method_and_backbone_defaults(fake_algos):
     assert (real.algo.lambda_opd, real.algo.teacher, real.writer.kind) == (0.001, "old", "oracle")
     assert real.algo.lr == DEFAULT_LR == 1e-6
     assert real.stages.warm_start.enabled is False and real.stages.skill_sft.enabled is False
+    # a named warm start is used on any backbone (it was silently ignored), unless turned off
+    named = {"model.backbone": "smollm2-135m", "stages.warm_start.checkpoint": "ezpoints-smollm2"}
+    assert resolve(apply_overrides(RunConfig(), named)).stages.warm_start.enabled is True
+    off = resolve(apply_overrides(RunConfig(), {**named, "stages.warm_start.enabled": False}))
+    assert off.stages.warm_start.enabled is False
 
 
 def test_resolve_keeps_explicit_values_and_applies_pinned_refresh(fake_algos):
