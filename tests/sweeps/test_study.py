@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from support.paths import EXAMPLES
+from sweeps.runner import reuse_actors
 from sweeps.study import load_study, parse_study
 from sweeps.trial_runs import plan_trials
 from sweeps.trials import expand
@@ -179,3 +180,15 @@ def test_study_set_overrides_the_base_for_every_cell(tmp_path):
         parse_study({**data, "set": {"stages.rl.stepz": 3}}, folder=tmp_path)
     with pytest.raises(ConfigError, match="study.set: expected a mapping"):
         parse_study({**data, "set": [1]}, folder=tmp_path)
+
+
+def test_trials_that_run_a_vllm_engine_get_a_process_of_their_own(tmp_path):
+    """Tune reuses a finished trial's process unless a trial runs a vLLM engine in it: the
+    engine's memory is never given back, and the third SmolLM2 trial of one process was killed
+    by Ray's OOM killer at 21 GB."""
+    assert reuse_actors(load_study(EXAMPLES / "quickstart.yaml"))
+    assert not reuse_actors(load_study(EXAMPLES / "cpu_reference_smollm2.yaml"))
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"name": "g", "base": str(EXAMPLES / "ezpoints_small.yaml"),
+                                    "grid": {"model.backend": ["transformers", "vllm"], "seed": [0]}}))
+    assert not reuse_actors(load_study(grid))
