@@ -56,7 +56,9 @@ def test_external_writer_request_and_reply(episode, monkeypatch, top_k):
 
 
 class SlowChat(FakeChat):
-    """FakeChat whose replies take ``delay`` seconds; counts the requests in flight."""
+    """FakeChat whose replies take ``delay`` seconds; counts the requests in flight, from
+    arrival until the reply starts (counting until the handler returns raced: the client,
+    already answered, sent its next request before the count went down)."""
 
     def __init__(self, reply: str, delay: float):
         super().__init__(reply)
@@ -69,10 +71,20 @@ class SlowChat(FakeChat):
                 with server.lock:
                     server.in_flight += 1
                     server.most = max(server.most, server.in_flight)
+                self.counted = True
                 try:
                     threading.Event().wait(server.delay)
                     super().do_POST()
                 finally:
+                    self._done()
+
+            def send_response(self, *args, **kwargs):
+                self._done()
+                super().send_response(*args, **kwargs)
+
+            def _done(self):
+                if getattr(self, "counted", False):
+                    self.counted = False
                     with server.lock:
                         server.in_flight -= 1
 
