@@ -101,7 +101,7 @@ demo-figure:
 # SmolLM2 (about 25 minutes of training, 10 of evaluation) is trained with transformers and
 # LoRA and its card played on vLLM's CPU engine, the merged weights pushed to it: 2.2 times
 # as fast as the transformers backend (docs/results/smollm2_warm_start.md); its face-down
-# variant (env.hidden_cards: 1) takes about 17 minutes of training and 8 of evaluation.
+# variant (env.hidden_cards: 1) takes about 21 minutes of training and 9 of evaluation.
 warm-start: $(VENV)/.installed $(VENV_VLLM)/.installed
 	$(PY) scripts/warm_start.py examples/household_small.yaml \
 		--out trainer/assets/warm_start/household-small --eval-tasks 60

@@ -22,17 +22,15 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+from bench_trainer import step_seconds  # scripts/ is on sys.path when a script runs
 
 from trainer.config import apply_overrides
 from trainer.models.backbones import load_pretrained
 from trainer.run.checkpoint import save_model
-from trainer.run.components import build_components, start_rl
 from trainer.run.resolve import load_config, resolve
-from trainer.stages.rl import PhaseTimer, collect_batch, update
 from trainer.stages.warm_start import bundle_path
 
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "ezpoints_smollm2_hidden.yaml"
@@ -46,19 +44,6 @@ def merged_warm_start(bundle: Path, folder: Path) -> str:
     return str(folder)
 
 
-def one_step(cfg, init_from: str) -> dict:
-    """Phase seconds of one step, the step's seconds and the tokens the update trained."""
-    ctx = build_components(cfg, init_from=init_from)
-    start_rl(ctx)
-    timer = PhaseTimer()
-    start = time.perf_counter()
-    batch = collect_batch(ctx, step=1, timer=timer)
-    update(ctx, batch, 1, timer)
-    seconds = time.perf_counter() - start
-    trained = sum(len(ids) for t in batch.trajectories for ids in t.response_ids)
-    return {"phases": dict(timer.seconds), "seconds": seconds, "trained": trained}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--options", default="vllm:8,transformers:8,vllm:0",
@@ -69,17 +54,18 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one option, print JSON
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    base = load_config(CONFIG, ["model.device=cpu", f"algo.method={args.method}",
-                                "stages.warm_start.enabled=false", "stages.skill_sft.enabled=false",
-                                "model.vllm.kv_cache_gb=1", *args.overrides])
+    base = load_config(CONFIG, ["model.device=cpu", "stages.warm_start.enabled=false", "model.vllm.kv_cache_gb=1",
+                                *args.overrides])
     bundle = bundle_path(resolve(load_config(CONFIG)).stages.warm_start.checkpoint)
     if args.one:
         option, tmp = args.one.split("@")
         backend, rank = option.split(":")
-        cfg = resolve(apply_overrides(base, [f"model.backend={backend}", f"model.lora.rank={rank}",
-                                             f"output.dir={tmp}/{backend}-{rank}"]))
+        cfg = apply_overrides(base, [f"model.backend={backend}", f"model.lora.rank={rank}",
+                                     f"output.dir={tmp}/{backend}-{rank}"])
         init = str(bundle) if int(rank) else merged_warm_start(bundle, Path(tmp) / f"merged-{backend}")
-        print("RESULT " + json.dumps(one_step(cfg, init)))
+        seconds, phases, tokens_per_s = step_seconds(cfg, args.method, init, repeats=1)
+        generated = round(tokens_per_s * phases.get("rollout", 0.0))  # the tokens the update trains on
+        print("RESULT " + json.dumps({"phases": phases, "seconds": seconds, "trained": generated}))
         return
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-smollm2-") as tmp:
@@ -96,7 +82,7 @@ def main() -> None:
     for option, r in rows:
         detail = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r["phases"].items()) if v >= 0.05)
         per_k = r["phases"].get("update", 0.0) / max(r["trained"], 1) * 1000
-        print(f"{option:15s} step {r['seconds']:7.1f}s  update {per_k:5.2f}s per 1k response tokens "
+        print(f"{option:15s} step {r['seconds']:7.1f}s  update {per_k:5.2f}s per 1k generated tokens "
               f"({r['trained']} tokens)  [{detail}]", flush=True)
 
 

@@ -90,7 +90,8 @@ def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict:
     mask = student.mask.bool()  # [B, T]
     delta = (teacher.logp - student.logp)[mask]  # [N] action tokens
     gate = torch.sigmoid(cfg.algo.beta_opd * delta)
-    moved = delta.abs()[delta.abs() >= MOVED]
+    size = delta.abs()
+    moved = size[size >= MOVED]
     seed = request_seed("skill-signal-replay", cfg.seed)
     replay = [t.task for t in trajs]
     phase("replay with skill")
@@ -98,7 +99,7 @@ def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict:
     phase("replay without")
     without, _ = collect(ctx.make_env, replay, ctx.builder, ctx.backend, sampling, seed=seed)
     bar.update(1)
-    return {**out, "tokens": float(delta.numel()), "delta_abs": float(delta.abs().mean()),
+    return {**out, "tokens": float(delta.numel()), "delta_abs": float(size.mean()),
             "delta_mean": float(delta.mean()), "moved_share": moved.numel() / delta.numel(),
             "moved_delta_abs": float(moved.mean()) if moved.numel() else 0.0, "gate_mean": float(gate.mean()),
             "gate_std": float(gate.std()), "success_skill": _success(with_skill),

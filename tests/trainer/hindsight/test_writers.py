@@ -67,6 +67,8 @@ class SlowChat(FakeChat):
         server = self
 
         class Slow(handler):
+            counted = False  # this request is counted in flight
+
             def do_POST(self):
                 with server.lock:
                     server.in_flight += 1
@@ -83,7 +85,7 @@ class SlowChat(FakeChat):
                 super().send_response(*args, **kwargs)
 
             def _done(self):
-                if getattr(self, "counted", False):
+                if self.counted:
                     self.counted = False
                     with server.lock:
                         server.in_flight -= 1
