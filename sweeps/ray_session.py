@@ -17,13 +17,14 @@ from sweeps.ray_auth import refusal_message, refused, use_auth
 from trainer.config import ConfigError
 
 
-def init_ray(address: str = "") -> None:
+def init_ray(address: str = "", env: dict[str, str] | None = None) -> None:
     """Connect to the cluster at ``address`` or start a fresh local Ray (no dashboard, no
     usage stats; an empty ``~/ray_bootstrap_config.yaml`` so that Ray's usage-stats code does
     not probe the cloud metadata address 169.254.169.254).  A local Ray uses token
     authentication with a fresh token, a cluster gets its token if one is at hand
     (:mod:`sweeps.ray_auth`).  A local Ray's workers get the driver's ``sys.path`` as
-    PYTHONPATH, so an injected train function imports."""
+    PYTHONPATH, so an injected train function imports, and ``env`` (they inherit the driver's
+    environment as it is here: the driver keeps it too)."""
     if ray.is_initialized():
         return
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -35,6 +36,7 @@ def init_ray(address: str = "") -> None:
     if not address:  # local workers import what the driver imports (e.g. an injected train fn)
         paths = [p for p in sys.path if p and Path(p).is_dir()]
         os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        os.environ.update(env or {})
     # Workers' output stays out of the sweep's console: each trial's goes to its trial.log
     # (run_trial), the rest to Ray's own logs under its session folder.
     try:

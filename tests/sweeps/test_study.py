@@ -1,8 +1,10 @@
 """sweeps.study: loading/validating study files, expansion into (cell, seed) trials, and
-the skip/retry/continue plan (no Ray, no MLflow)."""
+the skip/retry/continue plan, and what a local Ray is started with (no Ray, no MLflow)."""
 
 from __future__ import annotations
 
+import ctypes.util
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,7 +12,8 @@ import pytest
 import yaml
 
 from support.paths import EXAMPLES
-from sweeps.runner import reuse_actors
+from sweeps import ray_session
+from sweeps.runner import engine_env, reuse_actors
 from sweeps.study import load_study, parse_study
 from sweeps.trial_runs import plan_trials
 from sweeps.trials import expand
@@ -192,3 +195,47 @@ def test_trials_that_run_a_vllm_engine_get_a_process_of_their_own(tmp_path):
     grid.write_text(yaml.safe_dump({"name": "g", "base": str(EXAMPLES / "ezpoints_small.yaml"),
                                     "grid": {"model.backend": ["transformers", "vllm"], "seed": [0]}}))
     assert not reuse_actors(load_study(grid))
+
+
+def _tcmalloc(installed: bool):
+    return lambda name: "libtcmalloc_minimal.so.4" if installed and name == "tcmalloc_minimal" else None
+
+
+def test_a_local_ray_of_vllm_cpu_trials_preloads_tcmalloc(tmp_path, monkeypatch):
+    """vLLM's CPU engine asks for tcmalloc preloaded (a SmolLM2 step 191 -> 158 s here): a local
+    Ray's processes get it when a trial runs the engine on CPU, nothing else changes."""
+    monkeypatch.setattr(ctypes.util, "find_library", _tcmalloc(True))
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    smol = load_study(EXAMPLES / "cpu_reference_smollm2.yaml")
+    assert engine_env(smol) == {"LD_PRELOAD": "libtcmalloc_minimal.so.4"}
+    assert engine_env(smol, "local") == {"LD_PRELOAD": "libtcmalloc_minimal.so.4"}
+    assert engine_env(load_study(EXAMPLES / "quickstart.yaml")) == {}  # no engine
+    assert engine_env(smol, "10.0.0.7:6379") == {}  # a cluster's nodes are started by their owners
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(yaml.safe_dump({"name": "g", "base": str(EXAMPLES / "ezpoints_small.yaml"),
+                                   "set": {"model.backend": "vllm"}, "resources": {"cpus": 1, "gpus": 1},
+                                   "grid": {"seed": [0]}}))
+    assert engine_env(load_study(gpu)) == {}  # CUDA trials: not the CPU engine's allocator
+    monkeypatch.setenv("LD_PRELOAD", "libfoo.so")
+    assert engine_env(smol) == {"LD_PRELOAD": "libtcmalloc_minimal.so.4 libfoo.so"}  # kept, after it
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libtcmalloc_minimal.so.4")
+    assert engine_env(smol) == {}  # already preloaded
+    monkeypatch.delenv("LD_PRELOAD")
+    monkeypatch.setattr(ctypes.util, "find_library", _tcmalloc(False))
+    assert engine_env(smol) == {}  # not installed: nothing to preload
+
+
+def test_a_local_ray_starts_in_the_environment_it_is_given(tmp_path, monkeypatch):
+    """init_ray's env is in the environment when a local Ray starts (its processes inherit it);
+    a cluster's address does not get it."""
+    seen = []
+    monkeypatch.setattr(ray_session.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray_session.ray, "init", lambda **kw: seen.append(os.environ.get("LD_PRELOAD")))
+    monkeypatch.setattr(ray_session, "use_auth", lambda address: None)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED", "RAY_AIR_NEW_OUTPUT", "LD_PRELOAD"):
+        monkeypatch.setenv(name, "")  # restored after the test: init_ray writes these
+    ray_session.init_ray("", env={"LD_PRELOAD": "libtcmalloc_minimal.so.4"})
+    monkeypatch.setenv("LD_PRELOAD", "")
+    ray_session.init_ray("10.0.0.7:6379", env={"LD_PRELOAD": "libtcmalloc_minimal.so.4"})
+    assert seen == ["libtcmalloc_minimal.so.4", ""]
