@@ -439,6 +439,10 @@ class TrackingConfig:
     run_name: str = ""
     # Write per-turn Parquet records at every evaluation/diagnostic step.
     records: bool = True
+    # Also write the step's training records every k RL steps between evaluations (0 = only
+    # at evaluation steps). A short run's regional alignment needs more than the turns of its
+    # evaluation steps (docs/results/cpu_reference_smollm2.md: 2-5 turns a region a run).
+    train_records_every: int = field(default=0, metadata={"ge": 0})
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,8 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
         if _due(step, cfg.eval.every, steps):
             metrics.update(_evaluate(ctx, logger, out, step, batch))
             final = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+        elif cfg.tracking.train_records_every and step % cfg.tracking.train_records_every == 0:
+            _write_records(ctx, logger, out, step, _train_records(ctx, step, batch))
         logger.log_metrics(step, metrics)
         state.step = step
         if _due(step, cfg.output.checkpoint_every, steps):
@@ -246,22 +248,31 @@ def _evaluate(ctx: Components, logger: RunLogger, out: Path, step: int, batch) -
     metrics.update(timer.metrics())
     frames = [records]
     if batch is not None:
-        train = build_records(step, "train", batch.trajectories, batch.group_ids, batch.hindsights,
-                              batch.deltas, batch.old.turn_ids, batch.old.mask, ctx.cfg.algo.beta_opd)
-        if active():  # every rank's trajectories, numbered as rows of the step's global batch
-            train["traj"] += global_rows(len(batch.trajectories))[1]
-            frames += gather_objects(train)
-        else:
-            frames.append(train)
+        frames += _train_records(ctx, step, batch)
         if batch.hindsights:
             logger.log_text(_skills_text(ctx, batch), f"skills/step_{step:06d}.txt")
+    _write_records(ctx, logger, out, step, frames)
+    logger.log_metrics(step, metrics)
+    return metrics
+
+
+def _train_records(ctx: Components, step: int, batch) -> list[pd.DataFrame]:
+    """The step's training turns as records, every rank's (a collective under ranks: every
+    rank calls it at the same steps)."""
+    train = build_records(step, "train", batch.trajectories, batch.group_ids, batch.hindsights,
+                          batch.deltas, batch.old.turn_ids, batch.old.mask, ctx.cfg.algo.beta_opd)
+    if active():  # every rank's trajectories, numbered as rows of the step's global batch
+        train["traj"] += global_rows(len(batch.trajectories))[1]
+        return gather_objects(train)
+    return [train]
+
+
+def _write_records(ctx: Components, logger: RunLogger, out: Path, step: int, frames: list[pd.DataFrame]) -> None:
     if ctx.cfg.tracking.records and is_main():
         path = out / "records" / f"step_{step:06d}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
         pd.concat(frames, ignore_index=True).to_parquet(path, index=False)
         logger.log_artifact(path, "records")
-    logger.log_metrics(step, metrics)
-    return metrics
 
 
 def _skills_text(ctx: Components, batch, limit: int = 8) -> str:

@@ -73,6 +73,27 @@ def test_records_have_the_contract_columns(tmp_path):
     assert train_rows["delta_pos"].notna().any()
 
 
+def test_training_records_between_evaluations_when_asked(tmp_path):
+    """tracking.train_records_every writes the step's training turns between evaluation steps
+    (the regional alignment of a short run needs them); by default only evaluation steps do."""
+    import pandas as pd
+
+    from trainer.run.loop import train
+
+    def splits(cfg):
+        folder = Path(cfg.output.dir) / "records"
+        return {f.name: set(pd.read_parquet(f)["split"]) for f in sorted(folder.glob("*.parquet"))}
+
+    cfg = micro(tmp_path / "every", "algo.method=etro", "stages.rl.steps=3", "eval.every=0",
+                "tracking.train_records_every=1")
+    train(cfg, progress=False)
+    assert splits(cfg) == {"step_000000.parquet": {"eval_unseen"}, "step_000001.parquet": {"train"},
+                           "step_000002.parquet": {"train"}, "step_000003.parquet": {"eval_unseen", "train"}}
+    cfg = micro(tmp_path / "default", "algo.method=etro", "stages.rl.steps=2", "eval.every=0")
+    train(cfg, progress=False)
+    assert set(splits(cfg)) == {"step_000000.parquet", "step_000002.parquet"}
+
+
 def test_a_trial_times_itself_and_its_stages_outside_the_rl_step(tmp_path):
     """SEED's Stage 1, its writer panel and the RL setup are timed (step 0), and so is the
     whole trial (time/trial_s, at the last step), which covers every phase."""
