@@ -86,8 +86,7 @@ class VLLMConfig:
     # (vLLM's CPU build reads the utilization as a share of host RAM minus the process).
     kv_cache_gb: float = field(default=0.0, metadata={"ge": 0.0})
     # Run the model eagerly, without compilation or CUDA graphs: true on a CPU, where the
-    # compile takes minutes; false on a GPU for faster decoding. auto = false on a GPU, true
-    # on a CPU.
+    # compile takes minutes; false on a GPU for faster decoding. auto = false on a GPU, true on a CPU.
     enforce_eager: bool | str = field(default="auto", metadata=_choices("auto", True, False))
     # Free the engine's memory whenever it is not generating (from its creation, through the
     # warm start, Stage 1, scoring, the update and checkpoint writes), as TRL's colocate mode
@@ -439,9 +438,7 @@ class TrackingConfig:
     run_name: str = ""
     # Write per-turn Parquet records at every evaluation/diagnostic step.
     records: bool = True
-    # Also write the step's training records every k RL steps between evaluations (0 = only
-    # at evaluation steps). A short run's regional alignment needs more than the turns of its
-    # evaluation steps (docs/results/cpu_reference_smollm2.md: 2-5 turns a region a run).
+    # Also write training records every k RL steps between evaluations (0 = at evaluation steps only).
     train_records_every: int = field(default=0, metadata={"ge": 0})
 
 
