@@ -327,32 +327,25 @@ def reuse_actors(study: Study) -> bool:
 TCMALLOC = "tcmalloc_minimal"  # Debian: apt-get install libtcmalloc-minimal4
 
 
-def engine_env(study: Study, address: str = "") -> dict[str, str]:
+def engine_env(study: Study, address: str = "", echo: Callable[[str], None] = lambda line: None) -> dict[str, str]:
     """What a local Ray's processes get in their environment for this study's trials:
     ``LD_PRELOAD`` of tcmalloc when a trial runs vLLM's CPU engine (no GPUs booked) and the
-    library is installed.  vLLM's CPU guide asks for it; on the SmolLM2 step it took the step
-    from 191 to 158 s and the update by a quarter (docs/results/step_cost.md).  Set for a local
-    Ray only (a preload must be in a process's environment when it starts; a cluster's nodes
-    are started by their owners), and never for GPU trials."""
-    if address not in ("", "local") or study.resources.gpus or not runs_vllm(study):
+    library is installed (``echo`` says which, or how to install it).  vLLM's CPU guide asks
+    for it; on the SmolLM2 step it took the step from 191 to 158 s and the update by a quarter
+    (docs/results/step_cost.md).  Set for a local Ray only (a preload must be in a process's
+    environment when it starts; a cluster's nodes are started by their owners), and never for
+    GPU trials."""
+    preload = os.environ.get("LD_PRELOAD", "")
+    if address not in ("", "local") or study.resources.gpus or not runs_vllm(study) or TCMALLOC in preload:
         return {}
     lib = ctypes.util.find_library(TCMALLOC)  # a soname: ld.so finds it as it finds any library
     if lib is None:
-        return {}
-    preload = os.environ.get("LD_PRELOAD", "")
-    if TCMALLOC in preload:
-        return {}
-    return {"LD_PRELOAD": " ".join(p for p in (lib, preload) if p)}
-
-
-def _start_ray(study: Study, address: str, echo) -> None:
-    env = engine_env(study, address)
-    if env:
-        echo(f"vLLM CPU trials: LD_PRELOAD={env['LD_PRELOAD']} (vLLM's CPU guide; a faster step)")
-    elif runs_vllm(study) and not study.resources.gpus and ctypes.util.find_library(TCMALLOC) is None:
         echo("vLLM CPU trials: `apt-get install libtcmalloc-minimal4` makes a SmolLM2 step about 17% "
              "faster (docs/results/step_cost.md)")
-    init_ray(address, env=env)
+        return {}
+    env = {"LD_PRELOAD": " ".join(p for p in (lib, preload) if p)}
+    echo(f"vLLM CPU trials: LD_PRELOAD={env['LD_PRELOAD']} (vLLM's CPU guide; a faster step)")
+    return env
 
 
 def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search_alg=None,
@@ -421,7 +414,8 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
                   "run_id": prepare_child(client, exp_id, parent_id, x) if x.run_id else None,
                   "resume": x.resume, "cfg": to_dict(child_config(x.trial, parent_id))}
                  for x in plan.launch]
-        _start_ray(study, address or study.ray_address, echo)
+        address = address or study.ray_address
+        init_ray(address, env=engine_env(study, address, echo))
         from ray import tune
 
         _fit(study, grid_trainable(train_fn), param_space={"trial": tune.grid_search(specs)},
@@ -446,7 +440,8 @@ def _run_search(study, train_fn, conc, address, dry_run, echo, bar) -> StudyStat
     with study_lock(study, "parent"):  # drivers launched at once share one parent run
         parent_id = ensure_parent(client, exp_id, study)
     if todo:
-        _start_ray(study, address or study.ray_address, echo)
+        address = address or study.ray_address
+        init_ray(address, env=engine_env(study, address, echo))
         _fit(study, search_trainable(study, parent_id, train_fn), param_space={},
              num_samples=todo, search_alg=optuna_search.make_searcher(study),
              max_concurrent=conc, total=todo, echo=echo, bar=bar,

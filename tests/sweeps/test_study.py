@@ -223,6 +223,13 @@ def test_a_local_ray_of_vllm_cpu_trials_preloads_tcmalloc(tmp_path, monkeypatch)
     monkeypatch.delenv("LD_PRELOAD")
     monkeypatch.setattr(ctypes.util, "find_library", _tcmalloc(False))
     assert engine_env(smol) == {}  # not installed: nothing to preload
+    lines = []
+    engine_env(smol, echo=lines.append)
+    monkeypatch.setattr(ctypes.util, "find_library", _tcmalloc(True))
+    engine_env(smol, echo=lines.append)
+    engine_env(load_study(EXAMPLES / "quickstart.yaml"), echo=lines.append)  # says nothing
+    assert len(lines) == 2 and "apt-get install libtcmalloc-minimal4" in lines[0]
+    assert "LD_PRELOAD=libtcmalloc_minimal.so.4" in lines[1]
 
 
 def test_a_local_ray_starts_in_the_environment_it_is_given(tmp_path, monkeypatch):

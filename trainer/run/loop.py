@@ -148,7 +148,8 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
         if _due(step, cfg.eval.every, steps):
             metrics.update(_evaluate(ctx, logger, out, step, batch))
             final = {k: v for k, v in metrics.items() if k.startswith("eval/")}
-        elif cfg.tracking.train_records_every and step % cfg.tracking.train_records_every == 0:
+        elif cfg.tracking.records and cfg.tracking.train_records_every \
+                and step % cfg.tracking.train_records_every == 0:  # same steps on every rank (a collective)
             _write_records(ctx, logger, out, step, _train_records(ctx, step, batch))
         logger.log_metrics(step, metrics)
         state.step = step
