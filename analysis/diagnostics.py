@@ -23,7 +23,7 @@ import pandas as pd
 from scipy import stats as sps
 from scipy.special import expit
 
-from analysis.ranks import cluster_spearman_ci, spearman
+from analysis.ranks import spearman
 from analysis.stats import bootstrap_ci, mean_std
 
 REGIONS = ("prefix", "error", "suffix")
@@ -162,133 +162,6 @@ class GateFrames:
     by_region: pd.DataFrame | Skipped
     vs_beta: pd.DataFrame | Skipped
     formula: pd.DataFrame
-
-
-# ---------------------------------------------------------------- GiGPO step advantages
-
-
-STEP_ADV_COLUMNS = ("task_id", "state_key", "action", "return")
-
-
-# How step advantages are estimated: ETRO's definition (App. C.1, the default) or
-# verl-agent's GiGPO step advantage, without or with the anchor-group std normalisation.
-ADVANTAGE_MODES = ("etro", "gigpo", "gigpo_std")
-GAMMA = 0.95  # the discount of the records' returns (trainer.records.GAMMA)
-
-
-def step_advantages(records: pd.DataFrame, mode: str = "etro") -> pd.DataFrame | Skipped:
-    """GiGPO step-level advantages, one row per kept turn.
-
-    Within one batch of one task (run_id, step, split, task_id), turns are grouped by anchor
-    state ``state_key``.
-
-    * ``etro`` (ETRO Appendix C.1: "pooled action returns against a shared-state
-      baseline"): for each (state o, action a) the pooled action value is Q-hat(o, a) = mean
-      of the discounted returns G_{i,t} (column ``return``, gamma 0.95) over all its
-      occurrences H(o, a); the step advantage is Q-hat(o, a) minus the mean return of the
-      whole anchor group. Anchor groups with one occurrence, or whose occurrences all took
-      the same action (exact string match), are discarded.
-    * ``gigpo`` / ``gigpo_std`` (verl-agent's GiGPO): each turn's own return minus the anchor
-      group's mean (``gigpo_std``: divided by the group's std + 1e-6); a singleton group gives
-      0 and is kept, groups of one action are kept. The return is verl-agent's: the outcome
-      rewards discounted, plus an invalid-step penalty (a negative ``reward``, when the column
-      is there) at its own turn only, not discounted back to earlier turns.
-
-    Adds columns q_hat (the value the advantage subtracts from: Q-hat or the turn's return),
-    anchor_mean, anchor_size, step_adv to the kept records.
-    """
-    name = "step_advantages"
-    if mode not in ADVANTAGE_MODES:
-        raise ValueError(f"mode={mode!r}; valid: {list(ADVANTAGE_MODES)}")
-    skip = _need(records, STEP_ADV_COLUMNS, name)
-    if skip:
-        return skip
-    anchor = [*_scope(records), "task_id", "state_key"]
-    if mode != "etro":
-        return _gigpo_advantages(records, anchor, mode == "gigpo_std")
-    grouped = records.groupby(anchor, sort=False, dropna=False)
-    out = records.assign(anchor_size=grouped["return"].transform("size"),
-                         anchor_mean=grouped["return"].transform("mean"),
-                         n_actions=grouped["action"].transform("nunique"))
-    out = out[(out["anchor_size"] > 1) & (out["n_actions"] > 1)].drop(columns="n_actions")
-    if out.empty:
-        return Skipped(name, "no anchor state repeats with two or more distinct actions")
-    q_hat = out.groupby([*anchor, "action"], sort=False, dropna=False)["return"]
-    out = out.assign(q_hat=q_hat.transform("mean"))
-    out["step_adv"] = out["q_hat"] - out["anchor_mean"]
-    return out.reset_index(drop=True)
-
-
-def _gigpo_advantages(records: pd.DataFrame, anchor: list[str], std: bool) -> pd.DataFrame:
-    out = records.assign(q_hat=_verl_agent_returns(records))
-    grouped = out.groupby(anchor, sort=False, dropna=False)["q_hat"]
-    out = out.assign(anchor_size=grouped.transform("size"), anchor_mean=grouped.transform("mean"))
-    adv = out["q_hat"] - out["anchor_mean"]
-    if std:
-        adv = adv / (grouped.transform("std").fillna(0.0) + 1e-6)
-    out["step_adv"] = adv.where(out["anchor_size"] > 1, 0.0)
-    return out.reset_index(drop=True)
-
-
-def _verl_agent_returns(records: pd.DataFrame) -> pd.Series:
-    """Per turn: the discounted outcome rewards from that turn on, plus the turn's own
-    invalid-step penalty (its negative ``reward``); the ``return`` column without ``reward``."""
-    if "reward" not in records.columns or "traj" not in records.columns or "turn" not in records.columns:
-        return records["return"].astype(float)
-    reward = records["reward"].astype(float)
-    penalty, outcome = reward.clip(upper=0.0), reward.clip(lower=0.0)
-    result = pd.Series(0.0, index=records.index)
-    for _, part in records.assign(_o=outcome).groupby([*_scope(records), "traj"], sort=False):
-        running = 0.0
-        for i in part.sort_values("turn").index[::-1]:
-            running = part.at[i, "_o"] + GAMMA * running
-            result.at[i] = running
-    return result + penalty
-
-
-# ---------------------------------------------------------------- regional alignment
-
-
-def regional_alignment(records: pd.DataFrame, *, n_boot: int = 1000, confidence: float = 0.95,
-                       seed: int = 0, advantage: str = "etro") -> pd.DataFrame | Skipped:
-    """Spearman correlation of turn-level OPD gaps with GiGPO step advantages, per region.
-
-    ETRO Sec. 3.3 / Fig. 1: step advantages are estimated from all turns (successful and
-    failed, see :func:`step_advantages`; ``advantage`` picks ETRO's or verl-agent's estimate);
-    the correlated subset is turns of failed
-    trajectories with a valid writer boundary k = error_turn_writer >= 0, split into prefix
-    (turn < k), error (turn == k) and suffix (turn > k). For each region and polarity
-    (delta_pos, delta_neg) one row: n_turns, n_traj, rho and a percentile bootstrap CI that
-    resamples **whole trajectories** (cluster bootstrap: turns of one trajectory are not
-    independent), ``n_boot`` resamples with ``seed``. rho is NaN when fewer than 3 turns or
-    a constant input.
-    """
-    name = "regional_alignment"
-    skip = _need(records, [*STEP_ADV_COLUMNS, "traj", "turn", "success", "error_turn_writer",
-                           *POLARITIES], name)
-    if skip:
-        return skip
-    adv = step_advantages(records, advantage)
-    if isinstance(adv, Skipped):
-        return Skipped(name, adv.reason)
-    failed = adv[~adv["success"].astype(bool) & (adv["error_turn_writer"] >= 0)]
-    if failed.empty:
-        return Skipped(name, "no kept turns of failed trajectories with a writer boundary")
-    offset = np.sign(failed["turn"] - failed["error_turn_writer"]).astype(int)
-    failed = failed.assign(region=offset.map({-1: "prefix", 0: "error", 1: "suffix"}))
-    cluster = [*_scope(failed), "traj"]
-    rows = []
-    for region in REGIONS:
-        part = failed[failed["region"] == region]
-        for polarity in POLARITIES:
-            sub = part.dropna(subset=[polarity, "step_adv"])
-            codes = sub.groupby(cluster, sort=True).ngroup().to_numpy()
-            x, y = sub[polarity].to_numpy(float), sub["step_adv"].to_numpy(float)
-            low, high = cluster_spearman_ci(x, y, codes, n_boot, confidence, seed)
-            rows.append((region, polarity, len(sub), len(np.unique(codes)),
-                         spearman(x, y), low, high))
-    return pd.DataFrame(rows, columns=["region", "polarity", "n_turns", "n_traj", "rho",
-                                       "ci_low", "ci_high"])
 
 
 # ---------------------------------------------------------------- value alignment

@@ -1,7 +1,7 @@
 """Rank correlation: Spearman rho, its weighted form over bootstrap multiplicities, and a
 cluster-bootstrap interval that resamples whole trajectories. Pure numpy/scipy.
 
-:func:`analysis.diagnostics.regional_alignment` and ``value_alignment`` correlate turn-level
+:func:`analysis.alignment.regional_alignment` and ``diagnostics.value_alignment`` correlate turn-level
 OPD gaps and gates with step advantages and returns; the turns of one trajectory are not
 independent, so intervals resample trajectories (clusters), every resample at once as a
 weighted rank correlation (:func:`weighted_spearman`).

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import diagnostics
+from analysis import alignment, diagnostics
 from analysis.aggregate import row_aggregates
 from analysis.cells import (
     ALIGNMENT,
@@ -260,7 +260,7 @@ def _alignment_by_method(runs, records, seed) -> pd.DataFrame | Skipped:
     joined = records.merge(runs[["run_id", "method"]], on="run_id", how="inner")
     parts, reasons = [], []
     for method, part in joined.groupby("method", sort=True):
-        result = diagnostics.regional_alignment(part.drop(columns="method"), seed=seed)
+        result = alignment.regional_alignment(part.drop(columns="method"), seed=seed)
         if isinstance(result, Skipped):
             reasons.append(f"{method}: {result.reason}")
         else:

@@ -44,6 +44,7 @@ import pandas as pd
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from analysis import alignment
 from analysis import diagnostics as dg
 from analysis.loader import load_histories, load_records, load_runs
 from analysis.stats import summarize
@@ -258,7 +259,7 @@ def analyse(uri: str, steps: int) -> dict[str, tuple[float, float]]:
     timed("summarize", summarize, runs, ["env", "algo.beta_opd", "method"], metric,
           baseline="grpo")
     timed("gate_sensitivity", dg.gate_sensitivity, runs, metric)
-    timed("regional_alignment", dg.regional_alignment, records)
+    timed("regional_alignment", alignment.regional_alignment, records)
     timed("value_alignment", dg.value_alignment, records)
     timed("staleness", dg.staleness, runs, records)
     timed("writer_reliability", dg.writer_reliability, records)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from analysis.diagnostics import Skipped, regional_alignment
+from analysis.alignment import regional_alignment
+from analysis.diagnostics import Skipped
 from analysis.recovery import summarize_recovery
 from analysis.stats import bootstrap_ci
 from reports.diagnostic_tables import recovery_table

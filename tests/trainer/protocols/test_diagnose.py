@@ -51,7 +51,7 @@ def test_diagnose_alignment_command_writes_the_figure(tmp_path, capsys):
     assert set(alignment["polarity"]) == {"delta_pos", "delta_neg"}
     assert (out / "regional_alignment.png").stat().st_size > 0
     assert "writer oracle, etro step advantages, never updated" in capsys.readouterr().out
-    from analysis.diagnostics import regional_alignment
+    from analysis.alignment import regional_alignment
     from sweeps.cli import build_parser
 
     records = pd.read_parquet(out / "records.parquet")  # verl-agent's GiGPO on the same turns
