@@ -36,13 +36,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from analysis.power import mde_of, paired_differences
+
 TESTS = ("t", "wilcoxon")
 MIN_PAIRED = 3
 FEW_SEEDS = 5  # below this many seeds a report says so
 CI_METHODS = {"t": "Student t interval over seeds",
               "bootstrap": "percentile bootstrap over seeds"}
 SUMMARY_COLUMNS = ("n", "mean", "std", "ci_low", "ci_high", "n_paired", "diff_vs_baseline",
-                   "p_vs_baseline", "p_holm", "significant", "p_vs_best", "not_worse_than_best")
+                   "p_vs_baseline", "p_holm", "significant", "mde_vs_baseline", "p_vs_best",
+                   "not_worse_than_best")
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -204,7 +207,10 @@ def summarize(frame: pd.DataFrame, by: Sequence[str], metric: str, *,
     from the mapping are not tested). Tests are paired on ``pair_on`` (``test`` = ``"t"``
     or ``"wilcoxon"`` chooses the p-value) and need MIN_PAIRED paired seeds. ``p_holm``
     corrects all baseline comparisons of the table as one family; ``significant`` = p_holm
-    <= alpha. ``p_vs_best`` is the Holm-corrected p-value (within the stratum) of the test
+    <= alpha; ``mde_vs_baseline`` is the minimum detectable effect of a tested comparison
+    (:func:`analysis.power.mde_of`: power 0.8 at Holm's first step over the family, at its
+    n and SD of paired differences), what a comparison not shown different could have
+    shown. ``p_vs_best`` is the Holm-corrected p-value (within the stratum) of the test
     against the stratum's best mean among groups with MIN_PAIRED or more seeds;
     ``not_worse_than_best`` marks that best and every group with ``p_vs_best > alpha`` (a
     group that cannot be tested is not marked and is never the best). ``ci`` names
@@ -322,20 +328,24 @@ def _baseline_of(baseline, levels: set) -> Callable[[object], object | None]:
 
 
 def _baseline_columns(out, paired, by, compare, baseline, pick, alpha) -> pd.DataFrame:
-    n_paired, diff, p = [], [], []
+    n_paired, diff, p, diffs = [], [], [], []
     base_of = _baseline_of(baseline, set(out[compare]))
     for _, row in out.iterrows():
         key = tuple(row[c] for c in by)
         base = base_of(row[compare])
         base_key = tuple(base if c == compare else row[c] for c in by)
         if base is None or row[compare] == base or base_key not in paired:
-            n_paired.append(0), diff.append(math.nan), p.append(math.nan)
+            n_paired.append(0), diff.append(math.nan), p.append(math.nan), diffs.append(())
             continue
         res = paired_test(paired[key], paired[base_key], alpha=alpha)
         n_paired.append(res.n), diff.append(res.mean_diff), p.append(getattr(res, pick))
+        diffs.append(paired_differences(paired[key], paired[base_key]))
     out = out.assign(n_paired=n_paired, diff_vs_baseline=diff, p_vs_baseline=p)
     out["p_holm"] = holm(out["p_vs_baseline"].to_numpy(float))
     out["significant"] = (out["p_holm"] <= alpha).fillna(False).astype(bool)
+    family = int(np.isfinite(out["p_vs_baseline"].to_numpy(float)).sum())
+    out["mde_vs_baseline"] = [mde_of(d, family, alpha) if math.isfinite(q) else math.nan
+                              for d, q in zip(diffs, p)]
     return out
 
 

@@ -257,3 +257,23 @@ def test_per_cell_long_frame_over_seeds():
     assert ("a", "y") not in out.index and out.loc[("b", "y"), "n"] == 1
     with pytest.raises(ValueError, match=r"\['z'\] not in the frame"):
         per_cell(frame, ["cell"], ["z"])
+
+
+def test_summarize_gives_the_mde_of_each_tested_comparison():
+    """The minimum detectable effect of each tested comparison: power 0.8 at Holm's first
+    step over the family (the finite p-values), at the comparison's n and SD of paired
+    differences; NaN for the baseline and for comparisons with too few pairs."""
+    from analysis.power import mde_of
+
+    frame = _frame()
+    out = summarize(frame, by=["env", "method"], metric="success", baseline="grpo", n_boot=200)
+    tested = out["p_vs_baseline"].notna()
+    assert out.loc[~tested, "mde_vs_baseline"].isna().all()
+    family = int(tested.sum())
+    per_seed = frame.groupby(["env", "method", "seed"])["success"].mean()
+    for _, row in out[tested].iterrows():
+        a = per_seed.loc[(row["env"], row["method"])]
+        b = per_seed.loc[(row["env"], "grpo")]
+        d = (a - b).dropna().to_numpy()
+        assert row["mde_vs_baseline"] == pytest.approx(mde_of(d, family, 0.05))
+        assert row["mde_vs_baseline"] > 0
