@@ -23,20 +23,56 @@ from envs.searchqa.env import SearchQAEnv
 from envs.shop.env import ShopEnv
 from envs.sokoban.env import SokobanEnv
 
-# name -> the environment's class (the adapters import their engines only when made).
-REGISTRY: dict[str, type[TextEnv]] = {
-    "household": HouseholdEnv,
-    "shop": ShopEnv,
-    "searchqa": SearchQAEnv,
-    "sokoban": SokobanEnv,
-    "ezpoints": EZPointsEnv,
-    "alfworld": ALFWorldEnv,
-    "webshop": WebShopEnv,
-    "searchr1": SearchR1Env,
-}
+# name -> the environment's class, filled by :func:`register_env` (the built-ins below call it
+# as a plugin does; the adapters import their engines only when made).
+REGISTRY: dict[str, type[TextEnv]] = {}
+# The envs with a scripted expert, and those whose privileged facts (expert, distances,
+# workflow) are exact: the oracle writer's.
+_EXPERT: set[str] = set()
+_ORACLE: set[str] = set()
 
-# The pure-Python envs with privileged state (exact distances, experts): the oracle writer's.
-BUILTIN = ("household", "shop", "searchqa", "sokoban", "ezpoints")
+
+def register_env(name: str, cls: type[TextEnv], *, expert: bool = True, oracle: bool = False) -> type[TextEnv]:
+    """Register the :class:`TextEnv` subclass ``cls`` as env ``name`` (``env.name`` in a config).
+
+    ``expert``: its ``expert_action`` plays the task (the warm start's demonstrations, Stage
+    1's annotated rollouts, a privileged context and a static library use it); ``oracle``:
+    its ``distance_to_goal`` and ``workflow`` are exact too, so the oracle writer may read
+    them.  A config that needs what an env lacks fails naming it.  A name that is taken (by a
+    built-in or a plugin) raises; ``cls`` is returned unchanged."""
+    if not (isinstance(cls, type) and issubclass(cls, TextEnv)):
+        raise ValueError(f"env {name!r}: expected a TextEnv subclass, got {cls!r}")
+    if name in REGISTRY:
+        old = REGISTRY[name]
+        raise ValueError(f"env {name!r} is already registered ({old.__module__}.{old.__qualname__}); "
+                         f"choose another name")
+    if oracle and not expert:
+        raise ValueError(f"env {name!r}: an oracle reads the expert; oracle=True needs expert=True")
+    REGISTRY[name] = cls
+    for flag, names_with in ((expert, _EXPERT), (oracle, _ORACLE)):
+        if flag:
+            names_with.add(name)
+    return cls
+
+
+for _name, _cls in (("household", HouseholdEnv), ("shop", ShopEnv), ("searchqa", SearchQAEnv),
+                    ("sokoban", SokobanEnv), ("ezpoints", EZPointsEnv)):
+    register_env(_name, _cls, oracle=True)
+for _name, _cls in (("alfworld", ALFWorldEnv), ("webshop", WebShopEnv), ("searchr1", SearchR1Env)):
+    register_env(_name, _cls)
+
+# The built-in pure-Python envs with privileged state (exact distances, experts).
+BUILTIN = tuple(sorted(_ORACLE, key=list(REGISTRY).index))
+
+
+def has_expert(name: str) -> bool:
+    """Whether env ``name`` was registered with a scripted expert (``expert=True``)."""
+    return name in _EXPERT
+
+
+def has_oracle(name: str) -> bool:
+    """Whether env ``name`` was registered with exact privileged facts (``oracle=True``)."""
+    return name in _ORACLE
 
 
 def names() -> list[str]:
@@ -113,5 +149,6 @@ def make(name: str, **options) -> TextEnv:
 
 __all__ = [
     "BUILTIN", "Episode", "Hindsight", "REGISTRY", "StepResult", "Task", "TextEnv", "Turn",
-    "env_class", "env_options", "fingerprint", "has_admissible_switch", "make", "names", "run_episode",
+    "env_class", "env_options", "fingerprint", "has_admissible_switch", "has_expert", "has_oracle", "make", "names",
+    "register_env", "run_episode",
 ]

@@ -8,8 +8,10 @@ Importing this package registers every part.
 from .credit import (
     ETRO_ROUTES,
     Regions,
+    Route,
     etro_opd_advantages,
     region_metrics,
+    register_route,
     rlsd_decay,
     trajectory_regions,
 )
@@ -18,6 +20,7 @@ from .grpo import STD_MODES, grpo_advantages, ppo_clip_loss, tied_groups
 from .inputs import CreditInputs, LossInputs
 from .masked import LOSS_AGGS, aggregate, aggregation_weights, masked_mean, masked_std
 from .methods import (
+    METHOD_SOURCES,
     METHODS,
     REMOVED_METHODS,
     SKILL_CONTEXTS,
@@ -26,6 +29,7 @@ from .methods import (
     MethodSpec,
     get_method,
     method_names,
+    register_method,
     resolve_algo,
 )
 from .opd import opsd_loss, opsd_topk_loss, seed_gate, seed_opd_loss
@@ -45,6 +49,7 @@ __all__ = [
     "ETRO_ROUTES",
     "LOSS_AGGS",
     "METHODS",
+    "METHOD_SOURCES",
     "OPD_LOSSES",
     "SKILL_CONTEXTS",
     "STD_MODES",
@@ -56,6 +61,7 @@ __all__ = [
     "MethodSpec",
     "Regions",
     "Registry",
+    "Route",
     "aggregate",
     "aggregation_weights",
     "etro_opd_advantages",
@@ -71,7 +77,9 @@ __all__ = [
     "region_metrics",
     "register_advantage",
     "register_credit",
+    "register_method",
     "register_opd_loss",
+    "register_route",
     "resolve_algo",
     "rlsd_decay",
     "seed_gate",

@@ -10,6 +10,7 @@ branches on method names.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass
 
 from trainer.config import AlgoConfig
@@ -421,15 +422,6 @@ _TABLE = [
         label="Negative at suffix",
     ),
 ]
-METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in _TABLE}
-assert len(METHODS) == len(_TABLE), "duplicate method name in the table"
-
-
-def method_names() -> list[str]:
-    """All method names, in table order."""
-    return list(METHODS)
-
-
 # Names that no longer denote a method here, with the reason and what to use instead.
 REMOVED_METHODS = {
     "sdar": "'sdar' was removed: SDAR's gate depends on the student's uncertainty, which the "
@@ -437,6 +429,34 @@ REMOVED_METHODS = {
             "is the same static-skill gated OPD without that term, and SDAR's published "
             "numbers can be merged as reported rows (hindsight report --external)",
 }
+
+METHODS: dict[str, MethodSpec] = {}
+METHOD_SOURCES: dict[str, tuple[str, int]] = {}  # name -> (file, line) that registered it
+
+
+def register_method(spec: MethodSpec) -> MethodSpec:
+    """Add ``spec`` to the method table as ``algo.method: <spec.name>``: the built-ins below
+    and a plugin's methods (:mod:`trainer.plugins`) come in this one way.  Its parts were
+    checked when ``spec`` was built; a name that is taken (or removed) raises.  The caller's
+    file and line are kept for ``hindsight methods``."""
+    if not isinstance(spec, MethodSpec):
+        raise ValueError(f"register_method: expected a MethodSpec, got {type(spec).__name__}")
+    if spec.name in METHODS or spec.name in REMOVED_METHODS:
+        file, line = METHOD_SOURCES.get(spec.name, ("a removed method", ""))
+        raise ValueError(f"method {spec.name!r} is already registered ({file}:{line}); choose another name")
+    caller = inspect.currentframe().f_back
+    METHODS[spec.name] = spec
+    METHOD_SOURCES[spec.name] = (caller.f_code.co_filename, caller.f_lineno)
+    return spec
+
+
+for _spec in _TABLE:
+    register_method(_spec)
+
+
+def method_names() -> list[str]:
+    """All method names, in table order (plugins' after the built-ins)."""
+    return list(METHODS)
 
 
 def get_method(name: str) -> MethodSpec:

@@ -9,12 +9,14 @@ Three kinds of parts are registered, each with one shared signature:
 * auxiliary OPD losses, ``fn(inputs: LossInputs, cfg: AlgoConfig) -> (loss [], metrics)``.
 
 The trainer looks a part up once by name; an unknown name raises a ``ValueError`` that lists
-the valid names and suggests the closest one.
+the valid names and suggests the closest one.  The built-in parts and a plugin's
+(:mod:`trainer.plugins`) register through the same decorators; a taken name raises.
 """
 
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -41,7 +43,9 @@ class Registry:
 
         def decorate(fn: F) -> F:
             if name in self._fns:
-                raise ValueError(f"{self.kind} {name!r} is already registered")
+                old = inspect.unwrap(self._fns[name])
+                raise ValueError(f"{self.kind} {name!r} is already registered "
+                                 f"({old.__module__}.{old.__qualname__}); choose another name")
             self._fns[name] = fn
             return fn
 

@@ -2,12 +2,16 @@
 hindsight (SEED's analyzer prompt; ETRO's Positive skill, error turn and
 Negative skill) and how its output is read back into :class:`envs.base.Hindsight`.
 Malformed output is never used: it parses to ``valid=False``.
+
+Writer prompts are registered by name (:func:`register_writer_prompt`; ``writer.prompt``
+picks one): the built-in ``analyzer`` below, and a plugin's through the same call.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from envs.base import Episode, Hindsight, without_admissible
 
@@ -121,3 +125,48 @@ def parse_analyzer_output(text: str, num_turns: int) -> Hindsight:
     if not turn_text.isdigit() or int(turn_text) >= num_turns or not negative:
         return Hindsight(positive, "", None, True, text, boundary_valid=False)
     return Hindsight(positive, negative, int(turn_text), True, text)
+
+
+@dataclass(frozen=True)
+class WriterPrompt:
+    """How the self, frozen and external writers ask for a trajectory's hindsight and read
+    the answer back (``writer.prompt`` names one).
+
+    Attributes:
+        prompt: ``(domain, episode, max_observation_chars, placeholders) -> chat messages``,
+            as :func:`analyzer_prompt` (``placeholders``: vision placeholders, may be empty).
+        parse: ``(text, num_turns) -> Hindsight``; malformed text gives ``valid=False`` (never
+            used silently), as :func:`parse_analyzer_output`.
+        target: ``Hindsight -> text``: what Stage 1 and the warm start teach the policy to
+            write (``parse(target(h), n)`` must give ``h`` back), as :func:`analyzer_target`.
+    """
+
+    prompt: Callable[..., list[dict]]
+    parse: Callable[[str, int], Hindsight]
+    target: Callable[[Hindsight], str]
+
+
+WRITER_PROMPTS: dict[str, WriterPrompt] = {}
+
+
+def register_writer_prompt(name: str, prompt: WriterPrompt) -> WriterPrompt:
+    """Register ``prompt`` as ``writer.prompt: <name>``; a taken name raises."""
+    if not isinstance(prompt, WriterPrompt):
+        raise ValueError(f"writer prompt {name!r}: expected a WriterPrompt, got {type(prompt).__name__}")
+    if name in WRITER_PROMPTS:
+        old = WRITER_PROMPTS[name].prompt
+        raise ValueError(f"writer prompt {name!r} is already registered ({old.__module__}."
+                         f"{old.__qualname__}); choose another name")
+    WRITER_PROMPTS[name] = prompt
+    return prompt
+
+
+ANALYZER = register_writer_prompt("analyzer", WriterPrompt(analyzer_prompt, parse_analyzer_output,
+                                                           analyzer_target))
+
+
+def writer_prompt(name: str) -> WriterPrompt:
+    """The writer prompt registered as ``name``; an unknown name raises listing the valid ones."""
+    if name not in WRITER_PROMPTS:
+        raise ValueError(f"writer.prompt: unknown writer prompt {name!r}; valid: {', '.join(sorted(WRITER_PROMPTS))}")
+    return WRITER_PROMPTS[name]
