@@ -281,3 +281,34 @@ def recovery_table(summary: pd.DataFrame, split: str = "") -> Table:
     return Table("recovery", "Post-error recovery (ETRO Table 6)", ("Actor",), RECOVERY_COLUMNS,
                  (Section(None, tuple(rows)),), None, describe=describe, cell_format="ci",
                  bold=False, ci_method="Student t interval over tasks")
+
+
+# -- regional alignment (ETRO Fig. 1) as text ---------------------------------------------
+
+BETWEEN_TASKS = "between tasks only: the step advantage is constant within every task"
+_GAP_LABELS = {"delta_pos": "Δ+ (Positive skill)", "delta_neg": "Δ− (Negative skill)"}
+
+
+def alignment_cell(row) -> tuple[str, str]:
+    """One row of :func:`analysis.alignment.regional_alignment` as (value, note): rho with its
+    interval, or "n/a" and the reason it is undefined (never 0); the note says when the
+    correlation compares tasks only."""
+    if not math.isfinite(row.rho):
+        return "n/a", row.reason
+    interval = (f"[{row.ci_low:+.2f}, {row.ci_high:+.2f}]" if math.isfinite(row.ci_low)
+                else "[n/a: one trajectory]")
+    return f"{row.rho:+.2f} {interval}", BETWEEN_TASKS if row.between_tasks_only else ""
+
+
+def alignment_markdown(alignment: pd.DataFrame) -> str:
+    """The regional alignment as a Markdown table (one row per method, region and gap):
+    Spearman rho with the step advantage, its 95% trajectory-bootstrap interval, n turns,
+    trajectories and tasks, and why a rho is n/a or what it compares."""
+    frame = alignment if "method" in alignment.columns else alignment.assign(method="")
+    lines = ["| method | region | gap | ρ [95% CI] | turns | trajectories | tasks | note |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in frame.itertuples():
+        value, note = alignment_cell(row)
+        lines.append(f"| {row.method} | {row.region} | {_GAP_LABELS.get(row.polarity, row.polarity)} "
+                     f"| {value} | {row.n_turns} | {row.n_traj} | {row.n_tasks} | {note} |")
+    return "\n".join(lines) + "\n"

@@ -95,9 +95,10 @@ def build_report(inputs: ReportInputs, out_dir: str | Path, study_name: str, git
             skipped.append(result)
         else:
             written[f"figure {name}"] = result
+    texts = _alignment_text(frames.get("regional_alignment"), out, written)
     index = out / "index.md"
     command = regenerate or f"hindsight report --study {study_name}"
-    index.write_text(_index_text(inputs, provenance, written, tables, skipped, command, out),
+    index.write_text(_index_text(inputs, provenance, written, tables, skipped, command, out, texts),
                      encoding="utf-8")
     summary = [f"- git sha: `{provenance.git_sha}`", f"- generated: {provenance.generated_at}",
                *_run_counts(inputs)]
@@ -157,8 +158,23 @@ def _sensitivity(inputs, out, provenance, written, tables, skipped) -> None:
                                                          provenance)
 
 
+def _alignment_text(alignment, out: Path, written: dict[str, list[Path]]) -> dict[str, str]:
+    """The regional alignment's numbers beside its figure: ``tables/regional_alignment.md``
+    (rho, interval, n, and "n/a" with the reason where a rho is undefined), its text keyed by
+    the figure's title for the index; {} when there is no alignment."""
+    if not isinstance(alignment, pd.DataFrame) or alignment.empty:
+        return {}
+    text = diagnostic_tables.alignment_markdown(alignment)
+    path = out / "tables" / "regional_alignment.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    title = "figure regional_alignment"
+    written[title] = [*written.get(title, []), path]
+    return {title: text}
+
+
 def _index_text(inputs: ReportInputs, provenance, written, tables, skipped, command,
-                out: Path) -> str:
+                out: Path, texts: dict[str, str]) -> str:
     lines = [f"# Report: {provenance.study}", "",
              f"- git sha: `{provenance.git_sha}`", f"- generated: {provenance.generated_at}",
              *_run_counts(inputs), *_seed_warning(inputs.runs), "",
@@ -171,6 +187,8 @@ def _index_text(inputs: ReportInputs, provenance, written, tables, skipped, comm
         lines += [f"## {title}", "", " · ".join(links), ""]
         if title in tables:
             lines += [to_markdown(tables[title]), ""]
+        if title in texts:
+            lines += [texts[title], ""]
         png = next((p for p in paths if p.suffix == ".png" and p.exists()), None)
         if png is not None:
             lines += [f"![{title}]({png.relative_to(out).as_posix()})", ""]

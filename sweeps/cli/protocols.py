@@ -13,7 +13,7 @@ from analysis.alignment import regional_alignment
 from analysis.diagnostics import Skipped
 from analysis.recovery import summarize_recovery
 from analysis.stats import bootstrap_ci
-from reports.diagnostic_tables import recovery_table
+from reports.diagnostic_tables import alignment_cell, recovery_table
 from reports.figures import regional_alignment as draw
 from reports.tables import Provenance, to_markdown, write_table
 from trainer.config import ConfigError
@@ -55,8 +55,9 @@ def diagnose_command(args) -> int:
     alignment.to_csv(out / "alignment.csv", index=False)
     draw(alignment, out / "regional_alignment")
     for r in alignment.itertuples():
-        print(f"{r.region:>6} {r.polarity:<9} rho {r.rho:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
-              f"  n = {r.n_turns} turns of {r.n_traj} trajectories")
+        value, note = alignment_cell(r)
+        print(f"{r.region:>6} {r.polarity:<9} rho {value}  n = {r.n_turns} turns of {r.n_traj} "
+              f"trajectories, {r.n_tasks} tasks" + (f"  ({note})" if note else ""))
     print(f"written: {out / 'alignment.csv'}, {out / 'regional_alignment.png'}, "
           f"{out / 'records.parquet'}")
     return 0

@@ -10,6 +10,7 @@ import pytest
 
 from analysis.alignment import regional_alignment, step_advantages
 from analysis.diagnostics import Skipped
+from support.records_fakes import PLANTED, planted_records, planted_spearman
 
 
 
@@ -154,47 +155,14 @@ def test_a_correlation_between_tasks_only_is_flagged(turn):
 
 # -- the planted-sign calibration (issue 43) ------------------------------------------------
 
-# Planted Pearson correlations of each gap with the step advantage (bivariate normal), per
-# region: ETRO Fig. 1's signs (Delta+ with the advantage before the error, Delta- at it,
-# neither after), and Delta+ against it at the error so that a swapped polarity shows.
-PLANTED = {("prefix", "delta_pos"): 0.6, ("prefix", "delta_neg"): 0.0,
-           ("error", "delta_pos"): -0.4, ("error", "delta_neg"): 0.6,
-           ("suffix", "delta_pos"): 0.0, ("suffix", "delta_neg"): 0.0}
-K, TURNS = 3, 7  # the error turn and the episode length of every failed trajectory
-
-
-def planted_spearman(r: float) -> float:
-    """Spearman's rho of a bivariate normal with Pearson r: (6 / pi) asin(r / 2)."""
-    return 6.0 / np.pi * np.arcsin(r / 2.0)
-
-
-def _planted_records(turn, rng, n_tasks: int = 60) -> pd.DataFrame:
-    """Per task one failed trajectory (boundary K) and one successful one through the same
-    anchor states with another action: the failure's return at turn t is x_t and the
-    success's -x_t, so the step advantage (Q-hat minus the anchor mean) is exactly x_t; each
-    gap is drawn with its region's planted correlation to x_t."""
-    rows = []
-    for i in range(n_tasks):
-        for t in range(TURNS):
-            region = "prefix" if t < K else "error" if t == K else "suffix"
-            x = rng.normal()
-            gaps = {p: PLANTED[(region, p)] * x + np.sqrt(1 - PLANTED[(region, p)] ** 2) * rng.normal()
-                    for p in ("delta_pos", "delta_neg")}
-            common = dict(task_id=f"t{i}", turn=t, state_key=f"s{t}")
-            rows.append(turn(traj=2 * i, action="good", success=True, **common, **{"return": -x}))
-            rows.append(turn(traj=2 * i + 1, action="taken", error_turn_writer=K, **common, **gaps,
-                             **{"return": x}))
-    return pd.DataFrame(rows)
-
-
-def test_planted_signs_are_recovered_and_covered_at_the_nominal_rate(turn):
+def test_planted_signs_are_recovered_and_covered_at_the_nominal_rate():
     """Over repeated draws the diagnostic recovers each planted sign and its 95% interval
     covers the planted Spearman rho about 95% of the time. Flipping any one convention (the
     step advantage's sign, the regions' side of the boundary, the two polarities) breaks it."""
     rng = np.random.default_rng(43)
     draws, covered, signs = 60, {}, {}
     for _ in range(draws):
-        out = regional_alignment(_planted_records(turn, rng), n_boot=400,
+        out = regional_alignment(planted_records(rng), n_boot=400,
                                  seed=int(rng.integers(1 << 30))).set_index(["region", "polarity"])
         for key, r in PLANTED.items():
             row, target = out.loc[key], planted_spearman(r)

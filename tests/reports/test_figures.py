@@ -7,9 +7,11 @@ import pandas as pd
 import pytest
 
 from analysis import diagnostics
+from analysis.alignment import ALIGNMENT_COLUMNS
 from analysis.curves import training_bands
 from analysis.diagnostics import Skipped
 from reports import figures, style
+from reports.figures.alignment import alignment_figure
 from support.reports_fakes import fake_cost, fake_histories, fake_runs
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -80,14 +82,35 @@ def test_gate_figure_draws_the_measured_gate_and_success_against_beta(tmp_path, 
     _assert_written(figures.gate_curves(gates, tmp_path / "gates"), tmp_path / "gates")
 
 
-def test_regional_alignment(tmp_path):
-    rows = [(r, p, 40, 10, rho, rho - 0.1, rho + 0.1)
-            for r, rho in zip(("prefix", "error", "suffix"), (0.3, 0.5, -0.1))
+def _alignment_frame(rhos=(0.3, 0.5, -0.1)):
+    rows = [(r, p, 40, 10, 8, rho, rho - 0.1, rho + 0.1, False, "")
+            for r, rho in zip(("prefix", "error", "suffix"), rhos)
             for p in ("delta_pos", "delta_neg")]
-    frame = pd.DataFrame(rows, columns=["region", "polarity", "n_turns", "n_traj", "rho",
-                                        "ci_low", "ci_high"])
+    return pd.DataFrame(rows, columns=ALIGNMENT_COLUMNS)
+
+
+def test_regional_alignment(tmp_path):
     stem = tmp_path / "align"
-    _assert_written(figures.regional_alignment(frame, stem), stem)
+    _assert_written(figures.regional_alignment(_alignment_frame(), stem), stem)
+
+
+def test_an_undefined_alignment_is_drawn_as_na_with_its_reason_never_a_bar():
+    """DESIGN.md, Diagnostics: the suffix's NaN rho draws no bar (not a bar at 0) but "n/a",
+    and the figure says why; a between-task rho is hatched and says so."""
+    frame = _alignment_frame((0.3, 0.5, np.nan))
+    suffix = frame["region"] == "suffix"
+    frame.loc[suffix, ["ci_low", "ci_high"]] = np.nan
+    frame.loc[suffix, "reason"] = "step advantage constant over the 130 turns after the error"
+    frame.loc[frame["region"] == "error", "between_tasks_only"] = True
+    fig = alignment_figure(frame)
+    ax = fig.axes[0]
+    bars = [p for p in ax.patches if p.get_height() != 0 or p.get_width() != 0]
+    assert len(bars) == 4  # prefix and error, two gaps each: nothing for the suffix
+    assert sum(t.get_text() == "n/a" for t in ax.texts) == 2
+    assert sum(bool(p.get_hatch()) for p in bars) == 2
+    note = fig._supxlabel.get_text()  # the footnote under the panels
+    assert note.count("constant over the 130 turns after the error") == 2
+    assert note.count("between tasks only") == 2
 
 
 def test_compute_cost(tmp_path):

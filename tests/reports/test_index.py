@@ -13,6 +13,7 @@ from analysis.diagnostics import Skipped
 from reports.index import ReportInputs, build_report
 from reports.inputs import summarize_layout
 from reports.layouts import LAYOUTS
+from support.records_fakes import K, planted_records
 from support.reports_fakes import fake_runs
 
 
@@ -127,3 +128,24 @@ def test_index_states_the_gain_over_the_warm_start_per_row(tmp_path):
     text = build_report(ReportInputs.from_frames(runs, histories=late, n_boot=50),
                         tmp_path / "late", "demo", "abc").read_text()
     assert "- not measured: no run was evaluated both at step 0 and after RL steps" in text
+
+
+def test_the_report_recovers_planted_alignment_signs_and_says_na(tmp_path):
+    """The report's regional alignment (figure and table) shows the planted signs (Delta+
+    before the error, Delta- at it) with intervals that exclude 0, and a lost suffix (one
+    return after every error) as n/a with its reason, never 0."""
+    runs = fake_runs({"etro": 0.8}, envs=("shop",), seeds=(0,))
+    records = planted_records(np.random.default_rng(5), n_tasks=80, run_id=runs["run_id"].iloc[0])
+    suffix = records["turn"] > K
+    records.loc[suffix, "return"] = 0.0  # the outcome is settled after the error
+    out = tmp_path / "report"
+    build_report(ReportInputs.from_frames(runs, records=records, n_boot=200), out, "demo", "abc")
+    table = (out / "tables" / "regional_alignment.md").read_text()
+    rows = {tuple(c.strip() for c in line.split("|")[2:4]): line for line in table.splitlines()[2:]}
+    for key in (("prefix", "Δ+ (Positive skill)"), ("error", "Δ− (Negative skill)")):
+        rho, low, high = (float(v) for v in re.findall(r"[+-]\d\.\d\d", rows[key])[:3])
+        assert 0 < low <= rho <= high, rows[key]
+    for gap in ("Δ+ (Positive skill)", "Δ− (Negative skill)"):
+        assert "| n/a |" in rows[("suffix", gap)] and "outcome is settled" in rows[("suffix", gap)]
+    index = (out / "index.md").read_text()
+    assert "tables/regional_alignment.md" in index and "outcome is settled" in index
