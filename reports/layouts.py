@@ -228,7 +228,8 @@ def _cells(rows: pd.DataFrame, columns: Sequence[Column]) -> dict[str, Cell]:
                             ci_low=float(r["ci_low"]), ci_high=float(r["ci_high"]),
                             n_paired=int(r["n_paired"]), diff=float(r["diff_vs_baseline"]),
                             p_holm=float(r["p_holm"]),
-                            p_vs_best=float(r.get("p_vs_best", math.nan)))
+                            p_vs_best=float(r.get("p_vs_best", math.nan)),
+                            mde=float(r.get("mde_vs_baseline", math.nan)))
     return out
 
 

@@ -14,6 +14,10 @@ caption:
   not bold and does not define the best, so a table of 1-2 seeds per cell has nothing bold;
 * ``†`` / ``‡``: significantly better / worse than the baseline (paired by seed,
   Holm-corrected p <= alpha, the summary's ``significant``);
+* after the markers, each tested row *not shown different* from the baseline (no marker) is
+  named with its minimum detectable effect (the summary's ``mde_vs_baseline``: the
+  difference its paired test would have found with power 0.8), so "no marker" reads as "no
+  difference of that size or more was likely missed", not as "no difference";
 * ``§`` on a row label: numbers reported elsewhere (e.g. a paper), merged from a CSV by
   :func:`merge_reported`; shown as published, never bolded, never tested, and they do not
   count when finding the best of a column.
@@ -95,6 +99,7 @@ class Cell:
     diff: float = math.nan  # mean paired difference to the baseline
     p_holm: float = math.nan  # Holm-corrected p against the baseline
     p_vs_best: float = math.nan
+    mde: float = math.nan  # minimum detectable effect against the baseline (metric units)
 
 
 @dataclass(frozen=True)
@@ -227,11 +232,35 @@ def caption(table: Table) -> str:
         parts.append(f"{BETTER} / {WORSE}: significantly better / worse than "
                      f"{table.baseline} (paired by seed, Holm-corrected p ≤ {table.alpha:g}; "
                      f"only with {MIN_PAIRED} or more paired seeds).")
+        undecided = not_shown_different(table)
+        if undecided:
+            parts.append(f"Not shown different from {table.baseline}, with the smallest "
+                         "difference each comparison would have found (power 0.8, paired t at "
+                         f"Holm's first step): {'; '.join(undecided)}.")
     sources = sorted({r.source for _, r in table.rows() if r.reported})
     if sources:
         parts.append(f"{REPORTED}: reported by {', '.join(sources)}; not reproduced here, "
                      "shown as published, not bolded and not tested.")
     return " ".join([*parts, *table.notes])
+
+
+def not_shown_different(table: Table) -> list[str]:
+    """Per tested cell without a marker, ``"<row> ± <mde>"`` in the column's display units
+    (``"SEED ± 5.1"``), naming the column and section where the table has several."""
+    several = len(table.columns) > 1
+    sections = len(table.sections) > 1
+    out = []
+    for section, row in table.rows():
+        for col in table.columns:
+            cell = row.cells.get(col.key)
+            if row.reported or cell is None or cell.marker or not math.isfinite(cell.mde):
+                continue
+            where = [f"{col.group} {col.label}".strip()] if several else []
+            where += [str(section.title)] if sections and section.title else []
+            label = " ".join(x for x in row.labels if x)
+            value = f"{cell.mde * col.scale:.{col.decimals}f}"
+            out.append(f"{label}{' (' + ', '.join(where) + ')' if where else ''} ± {value}")
+    return out
 
 
 # ---------------------------------------------------------------- reported rows
@@ -409,6 +438,7 @@ def provenance_record(table: Table, provenance: Provenance) -> dict:
                           "ci_high": _json_float(cell.ci_high), "n_paired": cell.n_paired,
                           "diff_vs_baseline": _json_float(cell.diff),
                           "p_holm_vs_baseline": _json_float(cell.p_holm),
+                          "mde_vs_baseline": _json_float(cell.mde),
                           "p_holm_vs_best": _json_float(cell.p_vs_best),
                           "marker": cell.marker, "run_ids": list(cell.run_ids),
                           "reported_by": row.source})

@@ -24,6 +24,7 @@ from reports.tables import (
     bold_cells,
     caption,
     merge_reported,
+    provenance_record,
     read_reported,
     significance_marker,
     tex_escape,
@@ -178,7 +179,8 @@ def test_write_table_provenance(branches, tmp_path):
     assert etro == [{"section": "qwen_1.5b", "row": "ETRO", "column": "shop.success", "n": 3,
                      "mean": 0.808, "std": 0.02, "ci_low": pytest.approx(0.788),
                      "ci_high": pytest.approx(0.828), "n_paired": 3, "diff_vs_baseline": 0.188,
-                     "p_holm_vs_baseline": 0.02, "p_holm_vs_best": None, "marker": BETTER,
+                     "p_holm_vs_baseline": 0.02, "mde_vs_baseline": None,
+                     "p_holm_vs_best": None, "marker": BETTER,
                      "run_ids": ["etro-0", "etro-1", "etro-2"], "reported_by": None}]
     assert record["ci_method"] == "Student t interval over seeds"
     assert record["caption"].startswith("Skill selection")
@@ -192,3 +194,22 @@ def test_read_reported_names_missing_columns(tmp_path):
     pd.DataFrame([{"method": "icsd", "shop.success": 1.0}]).to_csv(tmp_path / "r.csv")
     with pytest.raises(ValueError, match=r"lacks columns \['backbone', 'source'\]"):
         read_reported(tmp_path / "r.csv")
+
+
+def test_caption_names_the_mde_of_each_row_not_shown_different():
+    """A tested row without a marker is named with its minimum detectable effect (display
+    units); a marked row, the baseline and an untested row are not."""
+    rows = [_summary_row("grpo", 0.620, not_worse=False),
+            {**_summary_row("etro", 0.640, not_worse=True, diff=0.02), "mde_vs_baseline": 0.0512},
+            {**_summary_row("etro_global_positive", 0.772, not_worse=True, significant=True,
+                            diff=0.152), "mde_vs_baseline": 0.04}]
+    table = LAYOUTS["etro_branches"].table(pd.DataFrame(rows))
+    text = caption(table)
+    assert "Not shown different from GRPO" in text and "ETRO ± 5.1." in text
+    assert "± 4.0" not in text  # the significant row
+    record = json.loads(json.dumps(provenance_record(table, PROV)))
+    mdes = {c["row"]: c["mde_vs_baseline"] for c in record["cells"]}
+    assert mdes["ETRO"] == pytest.approx(0.0512) and mdes["GRPO"] is None
+    plain = LAYOUTS["etro_branches"].table(pd.DataFrame(rows[:1] + [_summary_row(
+        "etro", 0.640, not_worse=True, diff=0.02)]))
+    assert "Not shown different" not in caption(plain)  # no MDE in the summary: nothing said
