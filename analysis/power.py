@@ -125,14 +125,15 @@ def paired_differences(a: Mapping, b: Mapping) -> np.ndarray:
 
 
 def comparison_power(per_seed: Mapping[str, Mapping], baseline: Mapping[str, str], *,
-                     effect: float, alpha: float = 0.05, power: float = POWER,
+                     effect: float | None, alpha: float = 0.05, power: float = POWER,
                      confidence: float = SD_CONFIDENCE) -> pd.DataFrame:
     """One row per comparison (:data:`POWER_COLUMNS`): ``per_seed`` maps a cell to its
     values by seed; ``baseline`` maps each compared cell to its baseline cell (the family
     of m comparisons; each is planned at ``alpha / m``). From the pilot's paired
     differences: their mean and SD, the SD's upper limit, the seeds needed to find
     ``effect`` at ``power`` with the SD and with its upper limit, the minimum detectable
-    effect at the pilot's n and the power at that n against ``effect``."""
+    effect at the pilot's n and the power at that n against ``effect`` (those three None /
+    NaN without an ``effect``)."""
     level = comparison_alpha(alpha, max(1, len(baseline)))
     rows = []
     for cell, base in baseline.items():
@@ -140,11 +141,12 @@ def comparison_power(per_seed: Mapping[str, Mapping], baseline: Mapping[str, str
         n = int(d.size)
         sd = float(d.std(ddof=1)) if n > 1 else math.nan
         upper = sd_upper(sd, n, confidence)
+        plan = n > 1 and effect is not None
         rows.append((cell, base, n, float(d.mean()) if n else math.nan, sd, upper, level,
-                     seeds_needed(effect, sd, level, power) if n > 1 else None,
-                     seeds_needed(effect, upper, level, power) if n > 1 else None,
+                     seeds_needed(effect, sd, level, power) if plan else None,
+                     seeds_needed(effect, upper, level, power) if plan else None,
                      min_detectable_effect(sd, n, level, power),
-                     paired_power(effect, sd, n, level) if n > 1 and sd > 0 else math.nan))
+                     paired_power(effect, sd, n, level) if plan and sd > 0 else math.nan))
     return pd.DataFrame(rows, columns=list(POWER_COLUMNS))
 
 
