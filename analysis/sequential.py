@@ -35,8 +35,8 @@ simple conservative one). Why the default keeps most of the alpha for the last l
 (O'Brien-Fleming's first look at n = 3 of 10 is |t| > 153), so alpha spent before ``max``
 buys few early stops and costs power at ``max``; on the CPU reference's seed SD (the
 calibration table of docs/results/compute_aware_studies.md) ``kim_demets`` keeps the power
-at ``max`` within 0.02 of the fixed design's, O'Brien-Fleming loses about 0.06 and Pocock
-0.24. No valid rule can beat the fixed design's power at the same ``max``: its two-sided
+at ``max`` about 0.02 below the fixed design's, O'Brien-Fleming about 0.06 and Pocock
+0.25 below. No valid rule can beat the fixed design's power at the same ``max``: its two-sided
 t-test is the uniformly most powerful unbiased test on ``max`` pairs. The rule saves runs
 where a comparison is clear early: a large difference, or (with ``effect``) a clearly
 small one. The first look's critical value is
