@@ -15,7 +15,7 @@ from .credit import (
     rlsd_decay,
     trajectory_regions,
 )
-from .entrypoints import policy_loss, token_advantages
+from .entrypoints import policy_loss, policy_loss_terms, token_advantages
 from .grpo import STD_MODES, grpo_advantages, ppo_clip_loss, tied_groups
 from .inputs import CreditInputs, LossInputs
 from .masked import LOSS_AGGS, aggregate, aggregation_weights, masked_mean, masked_std
@@ -73,6 +73,7 @@ __all__ = [
     "opsd_loss",
     "opsd_topk_loss",
     "policy_loss",
+    "policy_loss_terms",
     "ppo_clip_loss",
     "region_metrics",
     "register_advantage",

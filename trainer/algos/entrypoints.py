@@ -48,21 +48,34 @@ def token_advantages(
 def policy_loss(
     spec: MethodSpec, inputs: LossInputs, algo_cfg: AlgoConfig
 ) -> tuple[Tensor, dict[str, float]]:
-    """The minibatch loss for ``spec`` (SEED review Eq. SEED: L = L_rl + lambda_opd * L_opd).
-
-    L_rl is the clipped PPO surrogate with the k3 KL penalty (``uses_rl``); L_opd is the
-    method's registered auxiliary loss (SEED/SDAR gated, OPSD/Skill-SD ungated).  Pure OPSD
-    has no L_rl.  Methods that do not train (Vanilla, Skill-Prompt) raise.
+    """The minibatch loss for ``spec`` (SEED review Eq. SEED: L = L_rl + lambda_opd * L_opd):
+    the sum of :func:`policy_loss_terms`.
 
     Returns ``(loss, metrics)``: ``loss/total``, ``loss/rl``, ``loss/opd``, ``ppo/*`` and
     ``opd/*`` floats.
+    """
+    terms, metrics = policy_loss_terms(spec, inputs, algo_cfg)
+    return sum(terms.values(), inputs.logp.new_zeros(())), metrics
+
+
+def policy_loss_terms(
+    spec: MethodSpec, inputs: LossInputs, algo_cfg: AlgoConfig
+) -> tuple[dict[str, Tensor], dict[str, float]]:
+    """The terms of the minibatch loss, each as it enters the sum: ``"rl"`` (the clipped PPO
+    surrogate with the k3 KL penalty, when ``uses_rl``) and ``"opd"`` (lambda_opd times the
+    method's registered auxiliary loss: SEED/SDAR gated, OPSD/Skill-SD ungated).  Pure OPSD
+    has no L_rl.  Methods that do not train (Vanilla, Skill-Prompt) raise.  The trainer
+    back-propagates the terms one at a time when it measures their gradients apart
+    (``tracking.gradient_parts``).
+
+    Returns ``(terms, metrics)``; metrics as :func:`policy_loss`'s.
     """
     if not spec.trains:
         raise ValueError(
             f"method {spec.name!r} does not train (MethodSpec.trains is False); skip the update"
         )
     cfg = resolve_algo(spec, algo_cfg)
-    loss = inputs.logp.new_zeros(())
+    terms: dict[str, Tensor] = {}
     metrics: dict[str, float] = {}
     if spec.uses_rl:
         rl, ppo = ppo_clip_loss(
@@ -78,13 +91,13 @@ def policy_loss(
             kl_clamp=cfg.kl_clamp,
             weights=inputs.agg_weights,
         )
-        loss = loss + rl
+        terms["rl"] = rl
         metrics["loss/rl"] = rl.detach().item()
         metrics.update({f"ppo/{k}": v for k, v in ppo.items()})
     if spec.opd_loss is not None:
         opd, opd_metrics = OPD_LOSSES.get(spec.opd_loss)(inputs, cfg)
-        loss = loss + cfg.lambda_opd * opd
+        terms["opd"] = cfg.lambda_opd * opd
         metrics["loss/opd"] = opd.detach().item()
         metrics.update(opd_metrics)
-    metrics["loss/total"] = loss.detach().item()
-    return loss, metrics
+    metrics["loss/total"] = sum(t.detach().item() for t in terms.values())
+    return terms, metrics

@@ -2,7 +2,7 @@
 
 rollout -> write -> score (student/behaviour) -> reference -> teacher -> advantage ->
 update.  Everything method-specific comes from the :class:`~trainer.algos.MethodSpec` and
-the registry (``token_advantages``, ``policy_loss``); nothing here branches on names.
+the registry (``token_advantages``, ``policy_loss_terms``); nothing here branches on names.
 
 Teacher log-probs (DESIGN.md): the resolved ``algo.teacher`` (the method's default unless
 set) decides: ``old`` scores each skill context once with the frozen policy before the
@@ -32,7 +32,7 @@ from trainer.algos import (
     CreditInputs,
     LossInputs,
     aggregation_weights,
-    policy_loss,
+    policy_loss_terms,
     token_advantages,
 )
 from trainer.episodes.rollout import Sampling, collect
@@ -61,6 +61,7 @@ from trainer.parallel.batches import (
 from trainer.parallel.group import all_true, rank_parts
 from trainer.parallel.shard import norm_value, unsharded
 from trainer.run.components import Components, generating
+from trainer.stages.gradient_parts import GradientParts
 from trainer.stages.phases import PhaseTimer
 from trainer.stages.skill_sft import replay_backward
 
@@ -323,17 +324,24 @@ def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseT
     tokens = 0.0
     parts = MicroBatching.of(cfg.algo).plan([len(s) for s in plan.student]) if rows else []
     padding = most(len(parts)) - len(parts)
+    split = GradientParts(ctx.model.parameters()) if cfg.tracking.gradient_parts else None
     for i, part in enumerate(parts + [[0]] * padding):
         real = i < len(parts)
-        loss, metrics, n_tokens = _micro_loss(ctx, batch, plan, part, timer, record and real)
+        terms, metrics, n_tokens = _micro_loss(ctx, batch, plan, part, timer, record and real)
+        loss = sum(terms.values())
         if not all_true(bool(torch.isfinite(loss))):
             ctx.optimizer.zero_grad(set_to_none=True)
             return metrics, False
-        (loss if real else loss * 0.0).backward()
+        if split is not None:
+            split.backward(terms, scale=1.0 if real else 0.0)
+        else:
+            (loss if real else loss * 0.0).backward()
         if real:
             _accumulate(totals, metrics, n_tokens)
             tokens += n_tokens
     metrics = _finish(*combine_loss_metrics(totals, tokens, _SUMMED, _MAXED))
+    if split is not None:
+        metrics.update(split.restore())
     if cfg.stages.skill_sft.replay > 0:  # the same on every rank, as the check's collective needs
         with timer("replay"):
             replayed = replay_backward(ctx, key)
@@ -359,9 +367,10 @@ def teacher_rows(opd_mask: torch.Tensor, top_k: int = 0) -> list[int]:
 
 
 def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[int], timer: PhaseTimer,
-                record: bool) -> tuple[torch.Tensor, dict[str, float], float]:
-    """The weighted loss of one micro-batch (the sequences ``part`` of the minibatch), in the
-    sequence-action layout [n, A]; its metrics and its number of tokens."""
+                record: bool) -> tuple[dict[str, torch.Tensor], dict[str, float], float]:
+    """The weighted loss terms of one micro-batch (the sequences ``part`` of the minibatch;
+    :func:`~trainer.algos.policy_loss_terms`), in the sequence-action layout [n, A]; its
+    metrics and its number of tokens."""
     cfg, spec = ctx.cfg, ctx.spec
     index = plan.index.part(part)
     take = lambda x: None if x is None else gather_actions(x, index, plan.traj_rows)  # [B, T] -> [n, A]
@@ -410,8 +419,8 @@ def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[
                         topk_logp=None if support is None else to_actions(scored[2][0], index),
                         topk_logp_teacher=None if support is None else support[0],
                         agg_weights=take(plan.weights))
-    loss, metrics = policy_loss(spec, inputs, cfg.algo)
-    return loss, metrics, float(mask.sum())
+    terms, metrics = policy_loss_terms(spec, inputs, cfg.algo)
+    return terms, metrics, float(mask.sum())
 
 
 # Loss metrics of a micro-batch that are its weighted share of the minibatch's loss (they add

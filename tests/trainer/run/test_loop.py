@@ -227,13 +227,13 @@ def test_crash_marks_the_run_failed_with_traceback(tmp_path, monkeypatch):
 def test_nonfinite_losses_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
     import trainer.stages.rl as rl
 
-    real = rl.policy_loss
+    real = rl.policy_loss_terms
 
     def nan_loss(spec, inputs, cfg):
-        loss, metrics = real(spec, inputs, cfg)
-        return loss * float("nan"), metrics
+        terms, metrics = real(spec, inputs, cfg)
+        return {k: v * float("nan") for k, v in terms.items()}, metrics
 
-    monkeypatch.setattr(rl, "policy_loss", nan_loss)
+    monkeypatch.setattr(rl, "policy_loss_terms", nan_loss)
     from trainer.run.loop import NonFiniteLossError, train
 
     cfg = micro(tmp_path, "stages.rl.steps=3", "stages.rl.max_nonfinite_in_row=2")

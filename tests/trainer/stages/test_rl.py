@@ -59,13 +59,13 @@ def restore(base_ctx):
 
 def capture_losses(monkeypatch) -> list:
     """Record the LossInputs of every minibatch the update runs."""
-    seen, real = [], rl.policy_loss
+    seen, real = [], rl.policy_loss_terms
 
     def spy(spec, inputs, cfg):
         seen.append(inputs)
         return real(spec, inputs, cfg)
 
-    monkeypatch.setattr(rl, "policy_loss", spy)
+    monkeypatch.setattr(rl, "policy_loss_terms", spy)
     return seen
 
 

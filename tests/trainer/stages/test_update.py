@@ -192,3 +192,36 @@ def test_the_current_teacher_scores_only_rows_with_a_skill(contexts, monkeypatch
     for step_few, step_every in zip(few, every):
         for a, b in zip(step_few, step_every):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_gradient_parts_take_the_same_step_and_split_it_by_term(contexts):
+    """tracking.gradient_parts back-propagates the RL and OPD terms apart: the optimizer
+    steps on the same summed gradient as one backward, and the logged norms are those of each
+    term's own gradient (lambda_opd included), their ratio, cosine and sign flips."""
+    ctx = with_method(contexts["full"], "seed", kl_coef=0.01, lambda_opd=0.5)
+    batch = with_advantages(rl.collect_batch(ctx, 1, rl.PhaseTimer()))
+    plain = gradients_of_update(ctx, batch, micro_batch_size=2)
+    ctx.cfg = dataclasses.replace(ctx.cfg, tracking=dataclasses.replace(ctx.cfg.tracking, gradient_parts=True))
+    split = gradients_of_update(ctx, batch, micro_batch_size=2)
+    assert len(split) == len(plain)
+    for a, b in zip(split, plain):
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-7)
+    # each term alone: zero the other one's coefficient
+    rl_only = gradients_of_update(with_method(contexts["full"], "seed", kl_coef=0.01, lambda_opd=0.0),
+                                  batch, micro_batch_size=2)[0]
+    opd = [t - r for t, r in zip(plain[0], rl_only)]
+    state = copy.deepcopy(ctx.model.state_dict())
+    ctx.optimizer = torch.optim.AdamW(ctx.model.parameters(), lr=1e-3)
+    metrics, finite = rl.update(ctx, batch, 1, rl.PhaseTimer())
+    ctx.model.load_state_dict(state)
+    assert finite
+    norm = lambda grads: float(torch.cat([g.flatten() for g in grads]).double().norm())
+    assert metrics["update/grad_norm_rl"] == pytest.approx(norm(rl_only), rel=1e-3)
+    assert metrics["update/grad_norm_opd"] == pytest.approx(norm(opd), rel=1e-3)
+    assert metrics["update/grad_ratio_opd_rl"] == pytest.approx(norm(opd) / norm(rl_only), rel=1e-3)
+    flat_rl, flat_sum = (torch.cat([g.flatten() for g in gs]) for gs in (rl_only, plain[0]))
+    moved = flat_sum != 0
+    flipped = float(((torch.sign(flat_sum) != torch.sign(flat_rl)) & moved).sum() / moved.sum())
+    assert metrics["update/grad_sign_flip_opd"] == pytest.approx(flipped, abs=1e-3)
+    assert -1.0 <= metrics["update/grad_cos_opd_rl"] <= 1.0
