@@ -391,6 +391,8 @@ class SkillSFTConfig:
     replay: float = field(default=0.0, metadata={"ge": 0.0})
     # Stage-1 examples replayed per RL minibatch (with stages.skill_sft.replay > 0).
     replay_batch: int = field(default=8, metadata={"ge": 1})
+    # Trajectories of the self writer's validity panel after Stage 1 (writer/panel_*); 0 = not measured.
+    writer_panel: int = field(default=64, metadata={"ge": 0})
 
 
 @dataclass(frozen=True)

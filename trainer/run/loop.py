@@ -205,8 +205,9 @@ def _sft_stages(ctx: Components, logger: RunLogger, progress: bool, cache: Path 
             timer = PhaseTimer()
             with timer("skill_sft"):
                 metrics = skill_sft(ctx, bar)
-            with timer("writer_panel"):
-                metrics.update(writer_validity(ctx))
+            if stages.skill_sft.writer_panel:
+                with timer("writer_panel"):
+                    metrics.update(writer_validity(ctx, stages.skill_sft.writer_panel))
             logger.log_metrics(0, {**metrics, **timer.metrics()})
 
 

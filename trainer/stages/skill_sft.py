@@ -77,7 +77,7 @@ def replay_backward(ctx: Components, key: str) -> dict[str, float]:
 
 
 # -- the self writer's validity on a fixed panel -------------------------------------------
-WRITER_PANEL_SIZE = 64
+WRITER_PANEL_SIZE = 64  # the default of stages.skill_sft.writer_panel
 
 
 WRITER_PANEL_EPSILON = 0.3  # demonstrator mistakes, so that about half the episodes fail

@@ -94,6 +94,18 @@ def test_training_records_between_evaluations_when_asked(tmp_path):
     assert set(splits(cfg)) == {"step_000000.parquet", "step_000002.parquet"}
 
 
+def test_a_writer_panel_of_zero_skips_the_panel_after_stage_1(tmp_path, monkeypatch):
+    """stages.skill_sft.writer_panel: 0 runs Stage 1 without measuring the self writer."""
+    import trainer.run.loop as loop
+
+    monkeypatch.setattr(loop, "writer_validity", lambda *a, **k: pytest.fail("the panel ran"))
+    cfg = micro(tmp_path, "algo.method=seed", "stages.skill_sft.writer_panel=0", "stages.rl.steps=0")
+    result = loop.train(cfg, progress=False)
+    client = make_client(cfg.tracking.uri)
+    assert client.get_metric_history(result.run_id, "time/skill_sft_s")
+    assert not client.get_metric_history(result.run_id, "time/writer_panel_s")
+
+
 def test_a_trial_times_itself_and_its_stages_outside_the_rl_step(tmp_path):
     """SEED's Stage 1, its writer panel and the RL setup are timed (step 0), and so is the
     whole trial (time/trial_s, at the last step), which covers every phase."""
