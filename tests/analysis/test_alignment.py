@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.alignment import regional_alignment, step_advantages
+from analysis.alignment import delta_profile, gate_over_beta, regional_alignment, step_advantages
 from analysis.diagnostics import Skipped
 from support.records_fakes import PLANTED, planted_records, planted_spearman
 
@@ -172,3 +172,39 @@ def test_planted_signs_are_recovered_and_covered_at_the_nominal_rate():
         assert covered[key] / draws >= 0.85, (key, covered[key])  # nominal 0.95; 60 draws
         if r:
             assert signs[key] == draws, (key, signs[key])
+
+
+# -- where the skill lands, and the gate over beta from the recorded Delta -----------------
+
+
+def test_delta_profile_puts_the_skill_where_it_moves_the_tokens(turn):
+    """A skill that moves turn 0 only peaks at turn 0; on failed trajectories the offset axis
+    counts from the writer's boundary (0 = the diagnosed error)."""
+    rows = []
+    for traj in range(4):
+        failed = traj % 2 == 1
+        for t in range(3):
+            rows.append(turn(traj=traj, turn=t, success=not failed, error_turn_writer=1 if failed else -1,
+                             delta_pos=-0.4 if t == 0 else 0.01, delta_neg=0.2 if failed and t == 1 else np.nan))
+    out = delta_profile(pd.DataFrame(rows)).set_index(["axis", "position", "polarity"])
+    assert out.loc[("turn", 0, "delta_pos"), "mean_abs"] == pytest.approx(0.4)
+    assert out.loc[("turn", 1, "delta_pos"), "mean_abs"] == pytest.approx(0.01)
+    assert out.loc[("turn", 0, "delta_pos"), "n_turns"] == 4
+    assert out.loc[("offset", -1, "delta_pos"), "mean"] == pytest.approx(-0.4)  # turn 0 of the failures
+    assert out.loc[("offset", 0, "delta_neg"), "n_turns"] == 2
+    assert ("offset", 1, "delta_neg") not in out.index  # no Delta- after the error
+    assert isinstance(delta_profile(pd.DataFrame([turn()])), Skipped)
+
+
+def test_gate_over_beta_is_seeds_gate_of_the_recorded_delta(turn):
+    """g = sigmoid(beta Delta+) per region and beta (beta 0: 1/2 everywhere); the Jensen gap is
+    the trainer's per-token gate less the turn-mean gate, at the run's own beta only."""
+    rows = [turn(traj=i, region="prefix", delta_pos=d, gate_mean=g)
+            for i, (d, g) in enumerate([(-0.2, 0.30), (0.0, 0.50), (0.2, 0.74)])]
+    out = gate_over_beta(pd.DataFrame(rows), [0.0, 5.0], beta_run=5.0).set_index(["region", "beta"])
+    assert out.loc[("prefix", 0.0), "gate"] == pytest.approx(0.5)
+    expected = np.mean(1 / (1 + np.exp(-5 * np.array([-0.2, 0.0, 0.2]))))
+    assert out.loc[("prefix", 5.0), "gate"] == pytest.approx(expected)
+    assert out.loc[("prefix", 5.0), "n_turns"] == 3
+    assert out.loc[("prefix", 5.0), "jensen_gap"] == pytest.approx(np.mean([0.30, 0.50, 0.74]) - expected)
+    assert np.isnan(out.loc[("prefix", 0.0), "jensen_gap"])
