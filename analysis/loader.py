@@ -39,10 +39,13 @@ from mlflow.store.artifact.artifact_repository_registry import get_artifact_repo
 from mlflow.tracking import MlflowClient
 from mlflow.utils.file_utils import local_file_uri_to_path
 
+from analysis.pruning import PRUNED_TAG
+
 TRIAL_KIND = "trial"
 KIND_TAG = "hindsight.kind"
-# Identity tags copied to columns, in this order (``seed`` becomes an int).
-TAG_COLUMNS = ("study", "cell_id", "method", "env", "backbone", "seed", "method_writer")
+# Tags copied to columns, in this order (``seed`` becomes an int): identity tags, and the
+# step at which a search trial was pruned (analysis.pruning).
+TAG_COLUMNS = ("study", "cell_id", "method", "env", "backbone", "seed", "method_writer", PRUNED_TAG)
 RUN_COLUMNS = ("run_id", "status", "experiment_id", *TAG_COLUMNS)
 LATEST_PREFIXES = ("eval/", "perf/")
 TIME_PREFIX = "time/"

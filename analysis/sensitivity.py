@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.diagnostics import Skipped
+from analysis.pruning import without_pruned
 from analysis.stats import per_cell
 
 OPD_PARAMS = ("algo.beta_opd", "algo.lambda_opd", "algo.suffix_weight")
@@ -61,10 +62,13 @@ def sensitivities(runs: pd.DataFrame, metric: str, *, ci: str = "t",
     """Every method of ``runs`` (the prepared run frame) that varies a param it uses.
 
     ``metric`` is the per-run column (the report uses ``final_success``); ``search`` says
-    the study is an Optuna search (its points are never a grid). Skipped, with the reason,
-    when no method varies a param or the metric is missing.
+    the study is an Optuna search (its points are never a grid). The runs of a pruned search
+    trial's cell are left out (:func:`analysis.pruning.without_pruned`): a pruned trial never
+    counts as a complete cell. Skipped, with the reason, when no method varies a param or the
+    metric is missing.
     """
     name = "sensitivity"
+    runs = without_pruned(runs)
     if metric not in runs.columns or runs[metric].isna().all():
         return Skipped(name, f"runs have no {metric!r} values (no evaluation metric logged)")
     if "variant_params" not in runs.columns:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.pruning import PRUNED_TAG
 from reports.envs import (
     KIND_ROLES,
     LEVEL_PARAM,
@@ -44,7 +45,7 @@ PARAM_SYMBOLS = {"algo.suffix_weight": "α", "algo.beta_opd": "β", "algo.lambda
 # Loader columns that identify a run rather than configure it, and config prefixes that
 # never define a cell (trainer.tracking.CELL_EXCLUDE).
 IDENTITY_COLUMNS = ("run_id", "status", "experiment_id", "study", "cell_id", "method", "env", "backbone", "seed",
-                    "algo.method", "env.name", "model.backbone", "method_writer")
+                    "algo.method", "env.name", "model.backbone", "method_writer", PRUNED_TAG)
 NON_CELL_PREFIXES = ("tracking.", "output.", "stages.warm_start.cache")
 FINAL_SUCCESS = "final_success"
 DERIVED_COLUMNS = ("env_key", "env_label", "variant", "variant_params", FINAL_SUCCESS)
