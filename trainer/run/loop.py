@@ -18,6 +18,7 @@ import contextlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +68,10 @@ class NonFiniteLossError(RuntimeError):
     """Too many consecutive RL steps had a NaN/inf loss."""
 
 
+# Called after each evaluation with (step, eval metrics); True stops the run (train's doc).
+OnEval = Callable[[int, dict[str, float]], bool]
+
+
 @dataclass
 class RunResult:
     run_id: str
@@ -74,9 +79,14 @@ class RunResult:
     final_metrics: dict[str, float] = field(default_factory=dict)
 
 
-def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, progress: bool = True) -> RunResult:
+def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, progress: bool = True,
+          on_eval: OnEval | None = None) -> RunResult:
     """Train ``cfg`` end to end and log it to MLflow (``run_id``: continue that run, as
-    sweeps do after creating the child run).  Raises after marking the run FAILED."""
+    sweeps do after creating the child run).  Raises after marking the run FAILED.
+
+    ``on_eval(step, eval_metrics)`` is called after each evaluation of the RL loop (one process
+    only); when it returns True the run stops there (after that step's checkpoint, if due) and
+    ends KILLED: a search's scheduler stopping a trial that trails the others."""
     started = time.perf_counter()
     cfg = resolve(cfg)
     prepare_rank(cfg)  # data-parallel ranks: the group checked, this rank's device
@@ -92,18 +102,20 @@ def train(cfg: RunConfig, *, run_id: str | None = None, resume: bool = False, pr
         run_id = logger.start(cfg, run_id=run_id)
     logger.run_id = run_id = broadcast_object(run_id)  # one run: rank 0's
     try:
-        final = _train(cfg, logger, out, ckpt, progress)
+        final, stopped = _train(cfg, logger, out, ckpt, progress, on_eval)
         # the whole trial (this process's share: setup, SFT stages, RL, evaluations)
         logger.log_metrics(cfg.stages.rl.steps, {"time/trial_s": time.perf_counter() - started})
         logger.flush()
     except BaseException as exc:
         logger.fail(exc)
         raise
-    logger.finish("FINISHED")
-    return RunResult(run_id, "FINISHED", final)
+    status = "KILLED" if stopped else "FINISHED"
+    logger.finish(status)
+    return RunResult(run_id, status, final)
 
 
-def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, progress: bool) -> dict[str, float]:
+def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, progress: bool,
+           on_eval: OnEval | None = None) -> tuple[dict[str, float], bool]:
     cache = warm_start_cache(cfg) if ckpt is None else None
     cached = load_cached_warm_start(cache)
     if ckpt is None and cfg.stages.warm_start.enabled and cfg.stages.warm_start.checkpoint:
@@ -143,9 +155,11 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
     steps = cfg.stages.rl.steps if ctx.spec.trains else 0
     bar = tqdm(range(state.step + 1, steps + 1), desc=f"{cfg.algo.method}/{cfg.env.name}",
                disable=not progress or not is_main(), initial=state.step, total=steps)
+    stopped = False
     for step in bar:
         metrics, batch = _rl_step(ctx, state, step)
-        if _due(step, cfg.eval.every, steps):
+        evaluated = _due(step, cfg.eval.every, steps)
+        if evaluated:
             metrics.update(_evaluate(ctx, logger, out, step, batch))
             final = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         elif cfg.tracking.records and cfg.tracking.train_records_every \
@@ -162,11 +176,14 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
                 save_checkpoint(out, state, ctx.model, ctx.tokenizer, ctx.optimizer, cfg.output.keep_checkpoints,
                                 writer_snapshot=frozen_writer(ctx))
         bar.set_postfix(success=f"{metrics['train/success']:.2f}")
+        if evaluated and on_eval is not None and on_eval(step, final):
+            stopped = True
+            break
     logger.flush()
     last = latest_checkpoint(out) if cfg.output.log_checkpoints else None
     if last is not None:
         logger.log_artifacts(last, "checkpoint")
-    return final
+    return final, stopped
 
 
 def _due(step: int, every: int, last: int) -> bool:

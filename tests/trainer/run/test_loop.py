@@ -278,3 +278,25 @@ def test_a_replay_run_does_not_resume_without_its_stage1_examples(tmp_path):
         load_replay(replay_path(tmp_path))
     save_replay([], replay_path(tmp_path))
     assert load_replay(replay_path(tmp_path)) == []
+
+
+def test_on_eval_sees_each_evaluation_and_stops_the_run_killed(tmp_path):
+    """A search's scheduler stops a trial through ``on_eval``: the run ends after that step,
+    KILLED, with no later step trained or logged."""
+    from trainer.run.loop import train
+
+    seen = []
+
+    def on_eval(step, metrics):
+        seen.append((step, sorted(metrics)))
+        return step == 2
+
+    cfg = micro(tmp_path, "algo.method=grpo", "stages.rl.steps=3", "eval.every=1", "output.checkpoint_every=0")
+    result = train(cfg, progress=False, on_eval=on_eval)
+    assert result.status == "KILLED"
+    assert [step for step, _ in seen] == [1, 2]  # not step 0 (no training yet) nor step 3
+    assert all("eval/eval_unseen/success" in keys for _, keys in seen)
+    client, run = run_metrics(cfg, result.run_id)
+    assert run.info.status == "KILLED"
+    steps = [m.step for m in client.get_metric_history(result.run_id, "train/success")]
+    assert max(steps) == 2
