@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sweeps import pruning
 from sweeps import study as schema
 from trainer import config
 
@@ -120,6 +121,15 @@ def render() -> str:
         "## `search`",
         "",
         *_table(_study_rows(schema.SEARCH_FIELDS, "search.")),
+        "",
+        "## `search.pruner`",
+        "",
+        "A search may stop trials early. Each trial reports after every evaluation between a",
+        "run's first and last step and after each of its seeds: the mean of `search.metric` over",
+        "its finished seeds and its current evaluation, at its training steps so far (its seeds",
+        "in turn). Example: `pruner: {type: asha, grace_steps: 2, reduction_factor: 2}`.",
+        "",
+        *_table(_study_rows(pruning.PRUNER_FIELDS, "search.pruner.")),
         "",
         "## `search.space.<key>`",
         "",

@@ -29,8 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from analysis.pruning import objective
 from sweeps import search as optuna_search
 from sweeps.locks import study_lock
+from sweeps.pruning import COMPLETE, OBJECTIVE, STEP, TrialReports, make_scheduler, was_pruned
 from sweeps.ranks import TRIAL_CPU, train_on_ranks, trial_concurrency
 from sweeps.ray_auth import token_source
 from sweeps.ray_session import init_ray
@@ -53,6 +55,7 @@ from sweeps.trial_runs import (
     node_id,
     plan_trials,
     prepare_child,
+    settle_search_trial,
     spec_run_id,
     trial_log,
 )
@@ -67,12 +70,12 @@ from trainer.run.tracking import (
 TrainFn = Callable[..., Any]
 
 
-def default_train_fn(cfg, *, run_id=None, resume=False, progress=True):
+def default_train_fn(cfg, *, run_id=None, resume=False, progress=True, on_eval=None):
     """``trainer.run.train``, imported lazily (inside the trial's worker)."""
     # deferred: the trainer (torch) loads in the trial's worker, not in the driver
     from trainer.run.loop import train
 
-    return train(cfg, run_id=run_id, resume=resume, progress=progress)
+    return train(cfg, run_id=run_id, resume=resume, progress=progress, on_eval=on_eval)
 
 
 def study_workers(study: Study) -> int:
@@ -92,6 +95,10 @@ class TrialFailed(RuntimeError):
     """The train function returned a non-FINISHED status."""
 
 
+class TrialStopped(RuntimeError):
+    """A search trial's scheduler stopped its run (the run's ``on_eval`` said so): pruned."""
+
+
 def check_services(study: Study, address: str = "") -> None:
     """One-line errors (exit 2) when the study's tracking server or database, its Optuna
     storage or the Ray head at ``address`` cannot be reached, or ``RAY_AUTH_TOKEN_PATH``
@@ -104,27 +111,23 @@ def check_services(study: Study, address: str = "") -> None:
         token_source(os.environ)
 
 
-
-
-
-
-
-
-def run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None) -> dict[str, float]:
+def run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None,
+              on_eval=None) -> dict[str, float]:
     """Train ``cfg`` into child run ``run_id`` in this process and return its numeric final
     metrics; the process's output goes to ``<output.dir>/trial.log`` meanwhile (tag
     ``hindsight.log``), and the Ray node it runs on is the tag ``hindsight.node_id``.  An
     exception marks the run FAILED with ``traceback.txt`` and propagates; a returned
-    non-FINISHED status raises :class:`TrialFailed`."""
+    non-FINISHED status raises :class:`TrialFailed`, or :class:`TrialStopped` when ``on_eval``
+    (given to the train function) stopped the run."""
     log_path = Path(cfg.output.dir).expanduser().resolve() / LOG_NAME
     with trial_log(log_path):
         print(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} run {run_id} "
               f"({'resumed' if resume else 'started'})", flush=True)
-        return _run_trial(cfg, run_id, resume, train_fn, log_path)
+        return _run_trial(cfg, run_id, resume, train_fn, log_path, on_eval)
 
 
 def _run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None,
-               log_path: Path) -> dict[str, float]:
+               log_path: Path, on_eval=None) -> dict[str, float]:
     logger = RunLogger(cfg.tracking.uri, cfg.tracking.experiment)
     # A run that started before (not SCHEDULED) continues from its checkpoint: the same
     # trial retried by Tune after its worker or node died, or a relaunched study.
@@ -132,13 +135,16 @@ def _run_trial(cfg, run_id: str, resume: bool, train_fn: TrainFn | None,
     logger.start(cfg, run_id=run_id)
     logger.set_tags({LOG_TAG: str(log_path), **({NODE_TAG: n} if (n := node_id()) else {})})
     try:
-        result = (train_fn or default_train_fn)(cfg, run_id=run_id, resume=resume, progress=False)
+        stop = {} if on_eval is None else {"on_eval": on_eval}
+        result = (train_fn or default_train_fn)(cfg, run_id=run_id, resume=resume, progress=False, **stop)
     except BaseException as exc:
         logger.fail(exc)
         raise
     status = getattr(result, "status", "FINISHED")
     if with_retry(logger.client.get_run, run_id).info.status not in TERMINAL_STATUSES:
         logger.finish(status if status in TERMINAL_STATUSES else "FINISHED")
+    if status == "KILLED" and on_eval is not None:
+        raise TrialStopped(f"run {run_id}: stopped by its search trial's scheduler")
     if status != "FINISHED":
         raise TrialFailed(f"run {run_id}: train returned status {status!r}")
     final = getattr(result, "final_metrics", {}) or {}
@@ -182,29 +188,43 @@ def grid_trainable(train_fn: TrainFn | None) -> Callable[[dict], None]:
 def search_trainable(study: Study, parent_id: str, train_fn: TrainFn | None):
     """Tune function trainable for one Optuna trial: trains the suggested overrides for
     every seed (a finished (cell, seed) run is reused, not retrained) and reports the mean
-    of ``search.metric`` as ``objective``."""
+    of ``search.metric`` as ``objective``.  With a pruner it reports after every evaluation
+    and every seed (:class:`sweeps.pruning.TrialReports`) and ends where its scheduler stops
+    it."""
 
     def hindsight_search_trial(config: dict) -> None:
         from ray import tune
 
-        overrides = optuna_search.overrides_of(study.search, config)
-        values = [_seed_objective(study, parent_id, overrides, s, train_fn) for s in study.seeds]
-        tune.report({optuna_search.OBJECTIVE: sum(values) / len(values), "done": 1.0})
+        spec = study.search
+        overrides = optuna_search.overrides_of(spec, config)
+        reports = None if spec.pruner is None else TrialReports(
+            tune.report, spec.metric, study.base.stages.rl.steps, len(study.seeds))
+        values = []
+        for seed in study.seeds:
+            try:
+                values.append(_seed_objective(study, parent_id, overrides, seed, train_fn, reports))
+            except TrialStopped:
+                reports.end()
+            if reports is not None and reports.seed_done(values[-1]):
+                reports.end()
+        if reports is None:
+            tune.report({OBJECTIVE: objective(values), COMPLETE: 1.0, "done": 1.0})
 
     return hindsight_search_trial
 
 
 def _seed_objective(study: Study, parent_id: str, overrides: dict, seed: int,
-                    train_fn: TrainFn | None) -> float:
+                    train_fn: TrainFn | None, reports: TrialReports | None = None) -> float:
     """Train (or reuse) one (cell, seed) of a search.  The pair's study-wide lock is held
     meanwhile: a second driver (or Optuna trial) that proposes the same cell waits for it
     and reuses the finished run instead of training the pair again."""
     trial = make_trial(study, overrides, seed)
     with study_lock(study, trial.name):
-        return _pair_objective(study, parent_id, trial, train_fn)
+        return _pair_objective(study, parent_id, trial, train_fn, reports)
 
 
-def _pair_objective(study: Study, parent_id: str, trial: Trial, train_fn: TrainFn | None) -> float:
+def _pair_objective(study: Study, parent_id: str, trial: Trial, train_fn: TrainFn | None,
+                    reports: TrialReports | None = None) -> float:
     client = make_client(study.store_uri)
     exp_id = experiment_id(client, study.experiment)
     runs = child_runs(client, exp_id, study.name).get(trial.key, [])
@@ -212,10 +232,16 @@ def _pair_objective(study: Study, parent_id: str, trial: Trial, train_fn: TrainF
     done = [r for r in runs if r.info.status == "FINISHED"]
     if done:
         metrics = done[0].data.metrics
+        if reports is not None:
+            reports.run_ids.append(done[0].info.run_id)
     else:
         launch = plan_trials([trial], {trial.key: runs}, retry_failed=True).launch[0]
         run_id = prepare_child(client, exp_id, parent_id, launch)
-        metrics = run_trial(child_config(trial, parent_id), run_id, launch.resume, train_fn)
+        if reports is not None:
+            reports.run_ids.append(run_id)
+            reports.trained.append(run_id)
+        metrics = run_trial(child_config(trial, parent_id), run_id, launch.resume, train_fn,
+                            reports.on_eval if reports is not None else None)
         metrics = {**with_retry(client.get_run, run_id).data.metrics, **metrics}
     if metric not in metrics:
         raise KeyError(f"search.metric {metric!r} not logged by run of {trial.name}; "
@@ -269,7 +295,8 @@ def _error_reason(trial) -> str:
 
 
 def _progress_callback(console: Console, describe: Callable[[Any], str],
-                       log_of: Callable[[Any], str], on_error: Callable[[Any, str], None]):
+                       log_of: Callable[[Any], str], on_error: Callable[[Any, str], None],
+                       on_end: Callable[[dict], None]):
     from ray import tune
 
     class Progress(tune.Callback):
@@ -294,6 +321,10 @@ def _progress_callback(console: Console, describe: Callable[[Any], str],
             result = trial.last_result or {}
             if result.get("failed"):
                 self._failed(trial, str(result.get("error", "")))
+                return
+            on_end(result)
+            if was_pruned(result):
+                self._line(trial, "pruned", f" at step {int(result[STEP])}")
             else:
                 self._line(trial, "finished")
 
@@ -352,10 +383,10 @@ def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search
          max_concurrent: int, total: int, echo, describe, bar: bool = False,
          log_of: Callable[[Any], str] = lambda t: "",
          on_error: Callable[[Any, str], None] = lambda t, reason: None,
+         on_end: Callable[[dict], None] = lambda result: None,
          max_failures: int = 0) -> None:
     import ray
     from ray import tune
-    from ray.tune.schedulers import FIFOScheduler
 
     resources = trial_resources(study)
     if study_workers(study) > 1 and not max_concurrent:  # Tune sees no resources: count them here
@@ -366,7 +397,7 @@ def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search
         tune.with_resources(trainable, resources),
         param_space=param_space,
         tune_config=tune.TuneConfig(
-            num_samples=num_samples, search_alg=search_alg, scheduler=FIFOScheduler(),
+            num_samples=num_samples, search_alg=search_alg, scheduler=_scheduler(study),
             max_concurrent_trials=max_concurrent or None, reuse_actors=reuse_actors(study),
             trial_name_creator=name_of, trial_dirname_creator=name_of,
         ),
@@ -374,13 +405,21 @@ def _fit(study: Study, trainable, *, param_space: dict, num_samples: int, search
             name=f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(study.out_dir / "ray"), verbose=0,
             failure_config=tune.FailureConfig(max_failures=max_failures),
-            callbacks=[_progress_callback(console, describe, log_of, on_error)],
+            callbacks=[_progress_callback(console, describe, log_of, on_error, on_end)],
         ),
     )
     try:
         tuner.fit()
     finally:
         console.close()
+
+
+def _scheduler(study: Study):
+    """FIFO at full budget, or a search's pruner (``sweeps.pruning``) over a trial's steps."""
+    spec = study.search
+    if spec is None:
+        return make_scheduler(None, "max", 1)
+    return make_scheduler(spec.pruner, spec.mode, study.base.stages.rl.steps * len(study.seeds))
 
 
 def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bool = False,
@@ -445,7 +484,8 @@ def _run_search(study, train_fn, conc, address, dry_run, echo, bar) -> StudyStat
         _fit(study, search_trainable(study, parent_id, train_fn), param_space={},
              num_samples=todo, search_alg=optuna_search.make_searcher(study),
              max_concurrent=conc, total=todo, echo=echo, bar=bar,
-             describe=lambda t: describe_overrides(t.config))
+             describe=lambda t: describe_overrides(t.config),
+             on_end=lambda result: settle_search_trial(client, result))
     best = optuna_search.best_trial(study)
     if best is not None:
         echo(f"best: {describe_overrides(best.params)} -> {study.search.metric} {best.value:.4g}")

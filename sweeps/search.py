@@ -29,13 +29,14 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from sweeps.pruning import OBJECTIVE, STEP, was_pruned
 from sweeps.study import ParamSpace, SearchSpec, Study
 from trainer.run.store import db_lock
 
-OBJECTIVE = "objective"
 DRIVER_ATTR = "hindsight_driver"
 SURPLUS_ATTR = "hindsight_surplus"
-LIVE = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
+# Trials that count against the budget (a pruned trial has spent its share).
+LIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 # A RUNNING trial without a driver attribute older than this is an abandoned one (the
 # attribute is set right after the trial is asked for).
 UNCLAIMED_AFTER_S = 60.0
@@ -90,6 +91,32 @@ class BudgetedOptunaSearch(OptunaSearch):
             del self._ot_trials[trial_id]
             return Searcher.FINISHED
         return config
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """An intermediate objective, at the trial's own step (``trial_step``: its training
+        steps) rather than Tune's count of reports."""
+        if STEP not in result:
+            super().on_trial_result(trial_id, result)
+        elif trial_id in self._ot_trials and trial_id not in self._completed_trials:
+            self._report(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None,
+                          error: bool = False) -> None:
+        """A trial its scheduler stopped is PRUNED with its last intermediate objective
+        (Ray's ``OptunaSearch`` would tell Optuna it COMPLETE with that value)."""
+        if error or not was_pruned(result) or trial_id not in self._ot_trials \
+                or trial_id in self._completed_trials:
+            super().on_trial_complete(trial_id, result, error)
+            return
+        self._report(trial_id, result)  # the result it was stopped at (Tune skips telling it)
+        self._ot_study.tell(self._ot_trials[trial_id], state=TrialState.PRUNED)
+        self._completed_trials.add(trial_id)
+
+    def _report(self, trial_id: str, result: dict) -> None:
+        ot_trial = self._ot_trials[trial_id]
+        step = int(result[STEP])
+        if step not in self._ot_study._storage.get_trial(ot_trial._trial_id).intermediate_values:
+            ot_trial.report(float(result[OBJECTIVE]), step)
 
 # ParamSpace.type -> how an Optuna trial suggests it.
 _SUGGEST: dict[str, Callable[[optuna.Trial, ParamSpace], Any]] = {

@@ -2,8 +2,9 @@
 cells x seeds status table, and the ``status`` / ``ui`` commands.
 
 State of a (cell, seed) pair from its child runs: ``finished`` if any run FINISHED, else
-``running`` if one is RUNNING, else ``failed`` if one FAILED/KILLED, else ``missing`` (no run,
-or only a SCHEDULED one that never started).
+``running`` if one is RUNNING, else ``pruned`` if a KILLED one carries ``pruned_at`` (a search's
+pruner stopped it: done, not failed), else ``failed`` if one FAILED/KILLED, else ``missing`` (no
+run, or only a SCHEDULED one that never started).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
+from analysis.pruning import PRUNED_TAG
 from sweeps.study import Study, describe_overrides, distinguishing
 from sweeps.trials import expand
 from trainer.config import ConfigError
@@ -26,6 +28,7 @@ from trainer.run.store import make_client, with_retry
 from trainer.run.tracking import KIND_TAG, redact_url
 
 STATES = ("finished", "running", "failed", "missing")
+PRUNED = "pruned"  # counted and shown only where a search pruned a trial
 Key = tuple[str, int]
 
 
@@ -70,6 +73,8 @@ def pair_state(runs: list[Run]) -> str:
         return "finished"
     if "RUNNING" in statuses:
         return "running"
+    if any(r.info.status == "KILLED" and PRUNED_TAG in r.data.tags for r in runs):
+        return PRUNED
     return "failed" if statuses & {"FAILED", "KILLED"} else "missing"
 
 
@@ -106,11 +111,12 @@ class StudyStatus:
 
     def counts(self) -> dict[str, int]:
         values = list(self.states.values())
-        return {s: values.count(s) for s in STATES}
+        pruned = {PRUNED: values.count(PRUNED)} if PRUNED in values else {}
+        return {**{s: values.count(s) for s in STATES}, **pruned}
 
     @property
     def complete(self) -> bool:
-        return bool(self.states) and all(s == "finished" for s in self.states.values())
+        return bool(self.states) and all(s in ("finished", PRUNED) for s in self.states.values())
 
     def format(self) -> str:
         width = max([len(d) for _, d in self.cells] + [4])
@@ -120,7 +126,7 @@ class StudyStatus:
             cells = "  ".join(f"{self.states.get((cid, s), '-'):<9}" for s in self.seeds)
             lines.append(f"{desc:<{width}}  {cells}")
         counts = self.counts()
-        lines.append(", ".join(f"{counts[s]} {s}" for s in STATES))
+        lines.append(", ".join(f"{n} {s}" for s, n in counts.items()))
         return "\n".join(lines)
 
 

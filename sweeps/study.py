@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sweeps.keys import REQUIRED, KeySpec
+from sweeps.pruning import PrunerSpec, parse_pruner
 from trainer.config import (
     ConfigError,
     RunConfig,
@@ -60,24 +62,9 @@ PARAM_TYPES = ("float", "int", "categorical")
 MODES = ("max", "min")
 
 
-REQUIRED = object()  # KeySpec.default of a key that has none
-
-
 # A study name is a folder name under runs/ and an MLflow experiment: no separators, no
 # leading dot (so neither "." nor ".." nor a hidden folder), so it cannot leave runs/.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-@dataclass(frozen=True)
-class KeySpec:
-    """One key of the study file: its type, default and meaning.  The tables below are the
-    study schema: the parser accepts exactly their keys, and ``docs/study-file.md`` is
-    generated from them (``python -m sweeps.docs``)."""
-
-    type: str
-    default: Any
-    doc: str
-    allowed: str = ""
 
 
 STUDY_FIELDS: dict[str, KeySpec] = {
@@ -123,6 +110,9 @@ SEARCH_FIELDS: dict[str, KeySpec] = {
     "mode": KeySpec("string", "max", "Maximise or minimise `metric`.", ", ".join(MODES)),
     "storage": KeySpec("string", "optuna.db", "Optuna storage: a sqlite path relative to `out`, "
                        "or any RDB URL."),
+    "pruner": KeySpec("mapping", None, "Stop trials whose intermediate evaluations (every "
+                      "`eval.every` steps) trail the others' (keys below); a pruned trial is "
+                      "Optuna PRUNED and its runs carry the tag `pruned_at`. Empty: none."),
 }
 
 
@@ -180,6 +170,7 @@ class SearchSpec:
     mode: str = "max"
     # sqlite:///... or any RDB URL accepted by optuna.storages.RDBStorage.
     storage: str = ""
+    pruner: PrunerSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -358,7 +349,8 @@ def _parse_search(where: str, data: Any, base: RunConfig, out_dir: Path) -> Sear
             raise ConfigError(f"{where}.storage: {storage!r} leaves the output folder; give a path "
                               f"inside it or an RDB URL")
         storage = sqlite_uri(db)
-    return SearchSpec(params, metric=metric, mode=mode, storage=storage, **ints)
+    pruner = None if data.get("pruner") is None else parse_pruner(f"{where}.pruner", data["pruner"], base)
+    return SearchSpec(params, metric=metric, mode=mode, storage=storage, pruner=pruner, **ints)
 
 
 def _parse_resources(where: str, data: Any) -> Resources:

@@ -15,6 +15,8 @@ from pathlib import Path
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
+from analysis.pruning import PRUNED_TAG
+from sweeps.pruning import STEP, TRAINED, run_ids, was_pruned
 from sweeps.status import (
     StudyStatus,
     child_runs,
@@ -231,6 +233,22 @@ def mark_failed(client: MlflowClient, run_id: str | None, reason: str) -> None:
         return
     with_retry(client.set_tag, run_id, FAILURE_TAG, reason[:5000] or "the trial's worker died")
     with_retry(client.set_terminated, run_id, status="FAILED")
+
+
+def settle_search_trial(client: MlflowClient, result: Mapping) -> None:
+    """A search trial that reported through :class:`sweeps.pruning.TrialReports` has ended.
+    Pruned: the runs it trained get the tag ``pruned_at`` (its ``trial_step`` then) and the
+    one it was training ends KILLED.  Complete: its runs lose a ``pruned_at`` left by an
+    earlier, pruned trial of the same cell (it trained them to the end)."""
+    if was_pruned(result):
+        for run_id in run_ids(result, TRAINED):
+            with_retry(client.set_tag, run_id, PRUNED_TAG, str(int(result[STEP])))
+            if with_retry(client.get_run, run_id).info.status not in TERMINAL_STATUSES:
+                with_retry(client.set_terminated, run_id, status="KILLED")
+        return
+    for run_id in run_ids(result):
+        if PRUNED_TAG in with_retry(client.get_run, run_id).data.tags:
+            with_retry(client.delete_tag, run_id, PRUNED_TAG)
 
 
 def finish_parent(client: MlflowClient, parent_id: str, study: Study) -> StudyStatus:

@@ -160,6 +160,28 @@ def attach_train(cfg, *, run_id=None, resume=False, progress=True):
     return fake_train(cfg, run_id=run_id, resume=resume, progress=progress)
 
 
+def pruned_train(cfg, *, run_id=None, resume=False, progress=True, on_eval=None):
+    """fake_train that evaluates every ``eval.every`` of ``stages.rl.steps`` steps as the
+    trainer does (``eval/eval_unseen/success`` = fake_success x step / steps, 0.3 s a step),
+    hands each evaluation before the last step to ``on_eval`` and ends KILLED when it says
+    stop (a search's pruner)."""
+    logger = RunLogger(cfg.tracking.uri, cfg.tracking.experiment)
+    run_id = logger.start(cfg, run_id=run_id)
+    steps, every, success = cfg.stages.rl.steps, cfg.eval.every, fake_success(cfg)
+    for step in range(1, steps + 1):
+        time.sleep(0.3)
+        metrics = {"train/success": success}
+        if step % every == 0 or step == steps:
+            metrics["eval/eval_unseen/success"] = success * step / steps
+        logger.log_metrics(step, metrics)
+        if step < steps and step % every == 0 and on_eval is not None \
+                and on_eval(step, {k: v for k, v in metrics.items() if k.startswith("eval/")}):
+            logger.finish("KILLED")
+            return FakeResult(run_id, "KILLED", {})
+    logger.finish("FINISHED")
+    return FakeResult(run_id, "FINISHED", {"eval/eval_unseen/success": success})
+
+
 def main(argv: list[str]) -> int:
     from support import sweeps_fakes as fakes  # by module name: Ray pickles them by reference
     from sweeps.runner import run_study
