@@ -61,3 +61,20 @@ def test_sensitivity_and_best_cells_leave_pruned_trials_out():
     (s,) = sensitivities(prepare_runs(runs.assign(**{PRUNED_TAG: None})[runs["status"] == "FINISHED"]),
                          FINAL_SUCCESS, search=True)
     assert best_cells(s, 1)["algo.beta_opd"].tolist() == [12.0]
+
+
+def test_the_report_says_how_many_trials_were_pruned_at_which_step(tmp_path):
+    from reports.index import build_report
+    from reports.inputs import ReportInputs
+
+    study = load_study(EXAMPLES / "sensitivity.yaml")
+    trials = [make_trial(study, {"algo.beta_opd": b, "algo.lambda_opd": lam}, seed)
+              for b, lam in POINTS for seed in study.seeds]
+    runs = study_frame(study, trials=trials, score=lambda cfg: 0.4 + 0.02 * cfg.algo.beta_opd)
+    runs.loc[runs["algo.beta_opd"] == 12.0, [PRUNED_TAG, "status"]] = ["4", "KILLED"]
+    runs.loc[(runs["algo.beta_opd"] == 0.7) & (runs["seed"] == study.seeds[0]), [PRUNED_TAG, "status"]] = \
+        ["1", "KILLED"]
+    inputs = ReportInputs.from_frames(runs, search=True, n_boot=20)
+    text = build_report(inputs, tmp_path, "sensitivity", "abc1234").read_text()
+    assert "- pruned search trials: 2 (1 at step 1, 1 at step 4; " in text
+    assert "left out of the sensitivity analysis" in text
