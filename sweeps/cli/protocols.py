@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from analysis.alignment import regional_alignment
+from analysis.alignment import delta_profile, gate_over_beta, regional_alignment
 from analysis.diagnostics import Skipped
 from analysis.recovery import summarize_recovery
 from analysis.stats import bootstrap_ci
@@ -58,9 +58,33 @@ def diagnose_command(args) -> int:
         value, note = alignment_cell(r)
         print(f"{r.region:>6} {r.polarity:<9} rho {value}  n = {r.n_turns} turns of {r.n_traj} "
               f"trajectories, {r.n_tasks} tasks" + (f"  ({note})" if note else ""))
+    _where_the_skill_lands(records, out, cfg.algo.beta_opd)
     print(f"written: {out / 'alignment.csv'}, {out / 'regional_alignment.png'}, "
-          f"{out / 'records.parquet'}")
+          f"{out / 'records.parquet'}, {out / 'delta_profile.csv'}, {out / 'gate_over_beta.csv'}")
     return 0
+
+
+GATE_BETAS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0)  # the gate-sensitivity axis drawn from the records
+
+
+def _where_the_skill_lands(records: pd.DataFrame, out: Path, beta: float) -> None:
+    """The per-turn |Delta| profile (where each skill moves the played tokens) and SEED's gate
+    over beta_opd from the recorded Delta+, written and summarised (no retraining)."""
+    profile = delta_profile(records)
+    if not isinstance(profile, Skipped):
+        profile.to_csv(out / "delta_profile.csv", index=False)
+        for axis, part in profile.groupby("axis", sort=False):
+            cells = part.pivot_table(index="position", columns="polarity", values="mean_abs")
+            print(f"mean |Δ| by {axis}: " + "; ".join(
+                f"{int(pos)}: " + " / ".join(f"{cells.at[pos, p]:.3f}" if p in cells else "--"
+                                             for p in ("delta_pos", "delta_neg"))
+                for pos in cells.index) + "  (Δ+ / Δ−, nats a token, turn means)")
+    gates = gate_over_beta(records, GATE_BETAS, by=("region",), beta_run=beta)
+    if not isinstance(gates, Skipped):
+        gates.to_csv(out / "gate_over_beta.csv", index=False)
+        for region, part in gates.groupby("region", sort=False):
+            print(f"gate by beta_opd, {region} (n = {part['n_turns'].iloc[0]}): " +
+                  ", ".join(f"{b:g}: {g:.2f}" for b, g in zip(part["beta"], part["gate"])))
 
 
 def _skill_command(ctx, args) -> int:

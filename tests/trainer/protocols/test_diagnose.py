@@ -50,7 +50,13 @@ def test_diagnose_alignment_command_writes_the_figure(tmp_path, capsys):
     assert set(alignment["region"]) == {"prefix", "error", "suffix"}
     assert set(alignment["polarity"]) == {"delta_pos", "delta_neg"}
     assert (out / "regional_alignment.png").stat().st_size > 0
-    assert "writer oracle, etro step advantages, never updated" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "writer oracle, etro step advantages, never updated" in printed
+    assert "mean |Δ| by turn: 0: " in printed and "gate by beta_opd, " in printed
+    profile = pd.read_csv(out / "delta_profile.csv")
+    assert set(profile["axis"]) == {"turn", "offset"} and (profile["mean_abs"] >= 0).all()
+    gates = pd.read_csv(out / "gate_over_beta.csv")
+    assert gates.loc[gates["beta"] == 0.0, "gate"].tolist() == pytest.approx([0.5] * gates["region"].nunique())
     from analysis.alignment import regional_alignment
     from sweeps.cli import build_parser
 
