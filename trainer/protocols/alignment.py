@@ -10,7 +10,8 @@ advantages from all turns and correlates them (Spearman, trajectory-cluster boot
 intervals) with each Delta in the prefix / error / suffix regions of failed trajectories
 with a writer boundary; :func:`reports.figures.regional_alignment` draws the figure.
 
-Writes ``records.parquet`` (every turn), ``alignment.csv`` and ``regional_alignment.png/pdf``.
+Writes ``records.parquet`` (every turn, with its response and its trajectory's skills),
+``alignment.csv``, ``regional_alignment.png/pdf``, ``delta_profile.csv`` and ``gate_over_beta.csv``.
 """
 
 from __future__ import annotations
@@ -34,9 +35,22 @@ def alignment_records(ctx, steps: int, progress=None) -> pd.DataFrame:
     frames = []
     for step in range(1, steps + 1):
         batch = collect_batch(ctx, step, PhaseTimer())
-        frames.append(build_records(step, "train", batch.trajectories, batch.group_ids,
-                                    batch.hindsights, batch.deltas, batch.old.turn_ids,
-                                    batch.old.mask, ctx.cfg.algo.beta_opd))
+        records = build_records(step, "train", batch.trajectories, batch.group_ids,
+                                batch.hindsights, batch.deltas, batch.old.turn_ids,
+                                batch.old.mask, ctx.cfg.algo.beta_opd)
+        frames.append(with_texts(records, batch.trajectories, batch.hindsights))
         if progress is not None:
             progress.update(1)
     return pd.concat(frames, ignore_index=True)
+
+
+def with_texts(records: pd.DataFrame, trajectories, hindsights) -> pd.DataFrame:
+    """``records`` (one row per turn, ``traj`` indexing ``trajectories``) with what a reader
+    needs to see why a turn's gap is what it is: the turn's ``response`` (thought and action
+    as sampled) and its trajectory's ``positive_skill`` and ``negative_skill`` (empty when the
+    writer gave none). Diagnostic records only: training records stay small."""
+    skills = [(h.positive_skill, h.negative_skill) if h is not None else ("", "") for h in hindsights]
+    return records.assign(
+        response=[trajectories[b].episode.turns[t].response for b, t in zip(records["traj"], records["turn"])],
+        positive_skill=[skills[b][0] for b in records["traj"]],
+        negative_skill=[skills[b][1] for b in records["traj"]])

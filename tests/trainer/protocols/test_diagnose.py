@@ -38,6 +38,8 @@ def test_alignment_records_leave_the_actor_unchanged(tmp_path):
     assert (records["error_turn_writer"] >= 0).any()
     with_boundary = records["error_turn_writer"] >= 0
     assert records.loc[~with_boundary, "delta_neg"].isna().all()  # Negative only with a boundary
+    assert (records.loc[with_boundary, "negative_skill"].str.len() > 0).all()  # what the teacher read
+    assert records["response"].str.len().gt(0).all()
 
 
 @pytest.mark.slow  # 25 s: two batches of the bundled warm start through the whole command
