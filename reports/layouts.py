@@ -14,7 +14,7 @@ Layouts (ETRO = etro-paper.md, SEED = seed-review.txt):
 
 * ``etro_table1`` -- ETRO Table 1: methods grouped by backbone, every env's columns
   (household/ALFWorld success, QA per-dataset accuracy and average, shop/WebShop score and
-  success); baseline GRPO.
+  success); baseline GRPO; a plugin's methods as rows after the paper's.
 * ``seed_ablation`` -- SEED Table 2: full / w/o skill SFT / w/o self-evolving / static
   library; markers against the full method.
 * ``seed_writer`` -- not a paper table: SEED against its self-writer probes (the stale
@@ -51,7 +51,7 @@ from reports.prepared import (
     prepare_runs,
     table_metrics,
 )
-from reports.style import method_label, variant_label
+from reports.style import method_label, plugin_methods, variant_label
 from reports.tables import Cell, Column, Row, Section, Table, significance_marker
 
 IMAGES_PARAM = "env.images"
@@ -79,7 +79,7 @@ def layout_rows(runs: pd.DataFrame, layout: Layout) -> LayoutRows | Skipped:
     if need:
         return Skipped(layout.name, f"run frame lacks columns {need}")
     data = prepare_runs(runs)
-    data = data[data["method"].isin(layout.methods)]
+    data = data[data["method"].isin(layout.rows)]
     if layout.envs:
         data = data[data["env"].astype(str).isin(layout.envs)]
     if layout.images:
@@ -90,7 +90,7 @@ def layout_rows(runs: pd.DataFrame, layout: Layout) -> LayoutRows | Skipped:
                                         f"({IMAGES_PARAM}: a multimodal table needs a vision env)")
         data = data[seen]
     if data.empty or set(data["method"]) == {layout.baseline}:
-        return Skipped(layout.name, f"no runs of methods {list(layout.methods)}"
+        return Skipped(layout.name, f"no runs of methods {list(layout.rows)}"
                        + (f" besides the baseline {layout.baseline}" if len(data) else ""))
     metrics = tuple(m for m in table_metrics(data) if m.role in layout.roles)
     average = Metric(f"{ACROSS_ENVS}.success", ACROSS_ENVS, (FINAL_SUCCESS,), "Avg.", "Succ.",
@@ -125,6 +125,14 @@ class Layout:
     average: bool = False
     # only runs whose policy saw the env's images (param env.images): a multimodal table
     images: bool = False
+    # also the methods plugins registered, as rows after its own (reports.style.plugin_methods)
+    plugins: bool = False
+
+    @property
+    def rows(self) -> tuple[str, ...]:
+        """The methods the table shows: its own, then (with ``plugins``) the plugins'."""
+        extra = tuple(m for m in plugin_methods() if m not in self.methods) if self.plugins else ()
+        return self.methods + extra
 
     def table(self, summary: pd.DataFrame | Skipped) -> Table | Skipped:
         """The table model from this layout's summary (a Skipped passes through)."""
@@ -172,9 +180,9 @@ def _table(layout: Layout, summary: pd.DataFrame, headers: tuple[str, ...],
            order: Callable[[pd.Series], tuple]) -> Table | Skipped:
     roles = summary["metric_role"] if "metric_role" in summary.columns else \
         summary["metric"].map(lambda k: _role_of(k))
-    data = summary[summary["method"].isin(layout.methods) & roles.isin(layout.roles)]
+    data = summary[summary["method"].isin(layout.rows) & roles.isin(layout.roles)]
     if data.empty:
-        return Skipped(layout.name, f"summary has none of methods {list(layout.methods)} with "
+        return Skipped(layout.name, f"summary has none of methods {list(layout.rows)} with "
                                     f"columns {list(layout.roles)}")
     columns = _columns(data)
     sections = []
@@ -234,7 +242,7 @@ def _cells(rows: pd.DataFrame, columns: Sequence[Column]) -> dict[str, Cell]:
 
 
 def _method_order(layout: Layout) -> Callable[[pd.Series], tuple]:
-    rank = {m: i for i, m in enumerate(layout.methods)}
+    rank = {m: i for i, m in enumerate(layout.rows)}
     return lambda r: (rank[r["method"]], *_param_values(r), str(r["variant"]))
 
 
@@ -265,7 +273,7 @@ def alpha_table(layout: Layout, summary: pd.DataFrame) -> Table | Skipped:
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     Layout("etro_table1", "Results by backbone (ETRO Table 1; %, higher is better)",
            ("grpo", "grpo_opsd", "skill_sd", "rlsd", "seed", "etro"), "grpo",
-           ROLES, method_table),
+           ROLES, method_table, plugins=True),
     Layout("seed_ablation", "SEED ablation (SEED Table 2; %)",
            ("seed", "seed_no_sft", "seed_no_self_evolving", "seed_static"), "seed", HEADLINE,
            method_table, {"seed": "SEED (full)"}),

@@ -9,9 +9,9 @@ figures; DESIGN: "a colour and marker per method that stays the same").
   not methods of this tool. A layout may override a label for its own table
   (``Layout.labels``: "SEED (full)" in SEED's ablation).
 * **Order** is :data:`METHOD_ORDER`: the rows of the paper tables in the order they first
-  appear in ``reports.layouts.LAYOUTS`` (ETRO Table 1 first); other methods come after, by
-  label. Within a method its variants are ordered by their text, numbers compared as numbers
-  ("β=1" < "β=5" < "β=20").
+  appear in ``reports.layouts.LAYOUTS`` (ETRO Table 1 first); other methods (a plugin's
+  among them) come after, by label. Within a method its variants are ordered by their text,
+  numbers compared as numbers ("β=1" < "β=5" < "β=20").
 * **Colours and markers**: :func:`styles` gives each label of a figure, in table order, a
   tab20 colour and a marker of its own.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from trainer.algos.methods import METHODS
+from trainer.algos.methods import METHODS, is_builtin
 
 # Rows that are not methods of this tool: results the papers report for methods it does not
 # run (merged into a table from a CSV, ``hindsight report --external``), including SDAR,
@@ -41,6 +41,12 @@ METHOD_ORDER = (
 )
 _RANK = {m: i for i, m in enumerate(METHOD_ORDER)}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+
+
+def plugin_methods() -> tuple[str, ...]:
+    """The methods plugins registered (:mod:`trainer.plugins`), in the order they came: the
+    rows a layout with ``plugins`` adds after its own, and after every built-in."""
+    return tuple(name for name in METHODS if not is_builtin(name))
 
 
 def method_labels(overrides: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -4,6 +4,7 @@ A study YAML (validated like run configs; one-line errors name the bad key, the 
 and the closest match)::
 
     name: beta-sweep
+    plugins: [my_method.py]               # optional: imported first (docs/extending.md)
     base: ../examples/train_tiny.yaml     # path relative to this file, or an inline mapping
     set: {stages.rl.steps: 8}             # study-wide overrides of the base (not axes)
     grid:                                 # dotted run-config keys -> lists of values
@@ -33,12 +34,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sweeps.keys import REQUIRED, KeySpec
 from sweeps.pruning import PrunerSpec, parse_pruner
+from trainer import plugins
 from trainer.config import (
     ConfigError,
     RunConfig,
@@ -74,6 +76,10 @@ STUDY_FIELDS: dict[str, KeySpec] = {
     "base": KeySpec("path or mapping", None, "The run config every trial starts from: a YAML "
                     "file (relative to the study file) or an inline mapping; its keys are listed "
                     "under *Run config* below. Empty: all defaults."),
+    "plugins": KeySpec("list", [], "Plugins every trial imports before its config resolves "
+                       "(added to `base`'s): module names, or `.py` files and folders relative to "
+                       "the study file; their methods, envs and writer prompts can then be named "
+                       "in `set` and `grid` (docs/extending.md)."),
     "set": KeySpec("mapping", {}, "Dotted run-config key -> value: study-wide overrides of "
                    "`base` (every cell gets them; they are not axes)."),
     "grid": KeySpec("mapping", {}, "Dotted run-config key -> list of values; the study trains "
@@ -386,9 +392,10 @@ def _load_base(where: str, base: Any, folder: Path) -> RunConfig:
         return load_config(path)
     _want(where, base, dict, "a path (relative to the study file) or an inline mapping")
     try:
-        return from_dict(base)
+        cfg = from_dict(base)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    return replace(cfg, plugins=plugins.relative_to(cfg.plugins, folder))
 
 
 def _study_out(where: str, data: Mapping, folder: Path, name: str) -> Path:
@@ -417,7 +424,15 @@ def parse_study(data: Any, *, folder: Path, out: str | Path | None = None,
         raise ConfigError(f"{where}.name: expected a non-empty name of letters, digits, '.', '_' "
                           f"and '-' that starts with a letter or digit (it names a folder under "
                           f"the output folder), got {name!r}")
+    entries = _want(f"{where}.plugins", data.get("plugins") or [], list, "a list of module names, "
+                    ".py files or folders")
+    if not all(isinstance(e, str) and e for e in entries):
+        raise ConfigError(f"{where}.plugins: expected a list of module names, .py files or folders, "
+                          f"got {entries!r}")
+    entries = plugins.relative_to(entries, folder)
+    plugins.load_plugins(entries)  # before the base: it may name what they register
     base = _load_base(f"{where}.base", data.get("base"), folder)
+    base = replace(base, plugins=tuple(dict.fromkeys(base.plugins + entries)))
     overrides = _want(f"{where}.set", data.get("set") or {}, dict, "a mapping of dotted keys to values")
     for key, value in overrides.items():
         _check_value(f"{where}.set", base, key, value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from support.paths import EXAMPLES
+from support.plugins import isolated_registries
 from sweeps.cli import main
 from sweeps.study import load_study
 from sweeps.trials import expand
@@ -15,8 +16,10 @@ FILES = sorted(EXAMPLES.rglob("*.yaml"))
 
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(EXAMPLES)) for p in FILES])
 def test_example_validates(path, capsys):
-    # --skip-extras: the papers' GPU studies need vLLM, which a CPU machine does not have
-    assert main(["validate", "--skip-extras", str(path)]) == 0
+    # --skip-extras: the papers' GPU studies need vLLM, which a CPU machine does not have;
+    # examples/plugins/ registers its method and env for this test only
+    with isolated_registries():
+        assert main(["validate", "--skip-extras", str(path)]) == 0
     assert capsys.readouterr().out.startswith("ok: ")
 
 

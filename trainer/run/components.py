@@ -25,7 +25,8 @@ from trainer.algos import MethodSpec, get_method
 from trainer.config import RunConfig
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import SampleBuilder, TokenSequence
-from trainer.hindsight.analyzer import WRITER_IMAGES, analyzer_prompt, analyzer_target
+from trainer.hindsight.analyzer import ANALYZER, WRITER_IMAGES, WriterPrompt, writer_prompt
+from trainer.hindsight.shuffled import ShuffledSkills
 from trainer.hindsight.writers import (
     ExternalWriter,
     FrozenWriter,
@@ -113,9 +114,9 @@ def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
     return functools.partial(envs.make, cfg.env.name, **options)
 
 
-def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task]) -> list[str]:
+def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task], prompt: WriterPrompt = ANALYZER) -> list[str]:
     """Environment text for a tiny backbone's tokenizer: prompts, observations, expert
-    responses, oracle skills and analyzer prompts of expert episodes with mistakes."""
+    responses, oracle skills and writer ``prompt``s of expert episodes with mistakes."""
     env, oracle = make_env(), Oracle(make_env)
     act = demo_policy(0.2, seed="tokenizer")
     texts = [env.system_prompt(), env.domain_description()]
@@ -124,8 +125,8 @@ def tokenizer_corpus(make_env: Callable[[], TextEnv], tasks: list[Task]) -> list
         texts.append(env.task_instruction(task))
         texts += [t.observation + "\n" + t.response for t in episode.turns]
         hindsight = oracle.write(episode)
-        texts += [m["content"] for m in analyzer_prompt(env.domain_description(), episode)]
-        texts.append(analyzer_target(hindsight))
+        texts += [m["content"] for m in prompt.prompt(env.domain_description(), episode, 600, ())]
+        texts.append(prompt.target(hindsight))
     return texts
 
 
@@ -141,7 +142,9 @@ def make_writer(ctx: Components, kind: str) -> Writer:
             ctx.prompt_env.domain_description(), cfg.writer, cfg.model.max_prompt_tokens, ctx.builder.vision),
         "frozen": lambda: frozen_writer_from(ctx),
     }
-    return builders[kind]()
+    writer = builders[kind]()
+    # the shuffled-skills control (opd_only_shuffled): another family's hindsight for each trajectory
+    return ShuffledSkills(writer, ctx.prompt_env) if ctx.spec.shuffled_skills and kind != "none" else writer
 
 
 def policy_writer(ctx: Components) -> SelfWriter:
@@ -206,7 +209,8 @@ def build_components(cfg: RunConfig, init_from: str | None = None) -> Components
         apply_settings(model, cfg.model, dtype)  # as load_model does for a fresh backbone
     else:
         local = uses_local_tokenizer(cfg.model.backbone)
-        corpus = tokenizer_corpus(make_env, train_tasks[:TOKENIZER_EPISODES]) if local else None
+        corpus = tokenizer_corpus(make_env, train_tasks[:TOKENIZER_EPISODES],
+                                  writer_prompt(cfg.writer.prompt)) if local else None
         model, tokenizer = load_model(cfg.model, env_texts=corpus, seed=cfg.seed)
     model = with_lora(model, cfg.model.lora, seed=cfg.seed)  # every backbone, fresh or loaded
     vision = None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import envs
-from trainer import algos
+from trainer import algos, plugins
 from trainer.config import (
     DEFAULT_LR,
     DEFAULT_LR_TINY,
@@ -29,14 +29,20 @@ from trainer.config import (
     read_yaml,
     unknown_name_error,
 )
+from trainer.hindsight.analyzer import WRITER_PROMPTS
 from trainer.models import paper_shapes
 from trainer.models.backbones import resolve_device, resolve_dtype
 from trainer.models.folders import require_model_folder
 
 
 def check_registered(cfg: RunConfig) -> None:
-    """Cross-field names: ``algo.method`` must be in the trainer.algos registry and
-    ``env.name`` in ``envs.names()``; the error lists the valid names with a suggestion."""
+    """Cross-field names: ``algo.method`` must be in the trainer.algos registry,
+    ``env.name`` in ``envs.names()`` and ``writer.prompt`` a registered writer prompt; the
+    error lists the valid names with a suggestion.  The config's ``plugins`` are imported
+    first (once a process), so that the names they register count."""
+    plugins.load_plugins(cfg.plugins)
+    if cfg.writer.prompt not in WRITER_PROMPTS:
+        raise unknown_name_error("writer.prompt", "writer prompt", cfg.writer.prompt, WRITER_PROMPTS)
     methods = algos.method_names()
     removed = getattr(algos, "REMOVED_METHODS", {})
     if cfg.algo.method in removed:
@@ -95,6 +101,7 @@ def load_config(path: str | Path, overrides: Iterable[str] | Mapping[str, Any] =
         cfg = from_dict(data)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
+    cfg = dataclasses.replace(cfg, plugins=plugins.relative_to(cfg.plugins, Path(path).parent))
     cfg = apply_overrides(cfg, overrides)
     check_registered(cfg)
     return cfg
@@ -161,6 +168,7 @@ def resolve(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"method {cfg.algo.method!r} gives no default for "
                           f"{', '.join(open_keys)}; set it explicitly")
     _check_writer(out)
+    _check_oracle(out, spec)
     if out.stages.skill_sft.replay > 0 and not out.stages.skill_sft.enabled:
         raise ConfigError(f"stages.skill_sft.replay: replays Stage-1 examples, but Stage 1 is off "
                           f"for method {cfg.algo.method!r}; set stages.skill_sft.enabled=true or "
@@ -207,18 +215,40 @@ def _check_backbone(cfg: RunConfig) -> None:
             raise ConfigError(str(e)) from None
 
 
+def _check_oracle(cfg: RunConfig, spec) -> None:
+    """The oracle writer reads privileged state (DESIGN.md "Writers"): an env registered with
+    ``oracle=True``.  What plays an env's scripted expert needs one registered with
+    ``expert=True``: the warm start's demonstrations, Stage 1's annotated rollouts (unless the
+    external writer writes them), a privileged context and a static library of expert
+    episodes."""
+    if cfg.writer.kind == "oracle" and not envs.has_oracle(cfg.env.name):
+        raise ConfigError(f"writer.kind: 'oracle' needs a built-in env ({', '.join(envs.BUILTIN)}), got "
+                          f"env.name {cfg.env.name!r}; use writer.kind=self, frozen or external (or "
+                          f"register the env with register_env(..., oracle=True))")
+    if envs.has_expert(cfg.env.name):
+        return
+    needs = {"stages.warm_start.enabled": cfg.stages.warm_start.enabled,
+             "stages.skill_sft.enabled": cfg.stages.skill_sft.enabled and cfg.writer.kind != "external",
+             f"method {spec.name}'s privileged context": "privileged" in spec.skills,
+             f"method {spec.name}'s skill library": not cfg.writer.library and (
+                 spec.rollout_skill or spec.eval_skill or (cfg.writer.kind == "static" and spec.library == "oracle"))}
+    need = [k for k, v in needs.items() if v]
+    if need:
+        raise ConfigError(f"env.name: {cfg.env.name!r} has no scripted expert, which {', '.join(need)} "
+                          f"needs; turn it off or register the env with register_env(..., expert=True)")
+
+
 def _check_writer(cfg: RunConfig) -> None:
-    """The oracle writer reads privileged state of the built-in envs only (DESIGN.md
-    "Writers"); the external writer needs an endpoint."""
-    if cfg.writer.kind == "oracle" and cfg.env.name not in envs.BUILTIN:
-        raise ConfigError(f"writer.kind: 'oracle' needs a built-in env "
-                          f"({', '.join(envs.BUILTIN)}), got env.name {cfg.env.name!r}; "
-                          f"use writer.kind=self, frozen or external")
+    """The external writer needs an endpoint; a checkpoint is the frozen writer's; the
+    format-constrained writer samples the built-in analyzer format."""
     if cfg.writer.checkpoint and cfg.writer.kind != "frozen":
         raise ConfigError(f"writer.checkpoint: only the frozen writer reads it, but writer.kind "
                           f"is {cfg.writer.kind!r}; set writer.kind=frozen or drop the checkpoint")
     if cfg.writer.checkpoint:
         require_model_folder(cfg.writer.checkpoint, "writer.checkpoint")
+    if cfg.writer.constrained and cfg.writer.prompt != "analyzer":
+        raise ConfigError(f"writer.constrained: the constrained template is the analyzer format's; "
+                          f"writer.prompt {cfg.writer.prompt!r} samples freely (drop writer.constrained)")
     if cfg.writer.constrained and cfg.writer.kind not in ("self", "frozen"):
         raise ConfigError(f"writer.constrained: only the self and frozen writers sample with the "
                           f"analyzer format, but writer.kind is {cfg.writer.kind!r}; drop it or "

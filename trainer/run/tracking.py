@@ -6,7 +6,8 @@ Layout of a training run (DESIGN.md "Tracking"):
   ``hindsight.kind`` (``"trial"``; a study's parent run uses ``"study"``),
   ``hindsight.checkpoints`` (the checkpoint folder) and ``mlflow.parentRunId`` when the run
   belongs to a study;
-* params ``flatten(resolve(cfg))`` (values longer than MLflow's limit are truncated);
+* params ``flatten(resolve(cfg))`` (values longer than MLflow's limit are truncated) and
+  ``plugins.sha``, the source hash of each plugin the config names;
 * metrics buffered per step and written with one ``log_batch`` call per step;
 * artifacts ``config.json``, ``checkpoint/`` (the final checkpoint, with
   ``output.log_checkpoints``) and, on an exception, ``traceback.txt`` with status FAILED.
@@ -36,6 +37,7 @@ from mlflow.utils.validation import (
     MAX_TAG_VAL_LENGTH,
 )
 
+from trainer import plugins
 from trainer.algos import get_method
 from trainer.config import LORA_TARGETS, RunConfig, canonical_json, flatten, to_dict
 from trainer.run.resolve import resolve
@@ -62,10 +64,10 @@ TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 # What a cell is not: the seed (the seed axis), where a run logs and writes, and settings that
 # change where and how fast it computes but not its results (the vLLM engine, the
 # micro-batch size, the external writer's concurrency, the data-parallel ranks), so a
-# relaunch keeps its cells.
+# relaunch keeps its cells; and where plugins are (their sources' hashes enter instead).
 CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages.warm_start.cache_dir",
                 "model.vllm", "algo.micro_batch_size", "algo.micro_batch_tokens", "writer.concurrency",
-                "parallel")
+                "parallel", "plugins")
 
 
 # Fields added to the config after studies were recorded, with the default those studies ran
@@ -74,16 +76,21 @@ CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages
 ADDED_FIELDS = {"writer.constrained": False, "stages.skill_sft.replay": 0.0,
                 "stages.skill_sft.replay_batch": 8, "model.lora.rank": 0, "model.lora.alpha": 16.0,
                 "model.lora.dropout": 0.0, "model.lora.target_modules": LORA_TARGETS,
-                "env.hidden_cards": 0}
+                "env.hidden_cards": 0, "writer.prompt": "analyzer"}
 
 
 def cell_id(cfg: RunConfig) -> str:
     """Short stable hash of the resolved config without seed, tracking and output: runs
-    that differ only by seed share a cell."""
+    that differ only by seed share a cell.  The source hash of each plugin whose method, env
+    or writer prompt the run uses enters it (:func:`trainer.plugins.used_plugins`), so a
+    changed plugin never resumes the trials of the old one."""
     resolved = resolve(cfg)
     flat = flatten(resolved)
     unset = tuple(k for k, default in ADDED_FIELDS.items() if flat[k] == default)
     text = canonical_json(resolved, exclude=CELL_EXCLUDE + unset)
+    sources = [p.sha for p in plugins.used_plugins(resolved)]
+    if sources:
+        text += "|plugins:" + ",".join(sources)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -192,7 +199,7 @@ class RunLogger:
             self.run_id = run_id
             with_retry(self.client.update_run, run_id, status="RUNNING")
             self._log_batch(tags=[RunTag(k, truncate(v, MAX_TAG_VAL_LENGTH)) for k, v in all_tags.items()])
-        self.log_params(flatten(resolve(cfg)))
+        self.log_params({**flatten(resolve(cfg)), **plugins.plugin_params(cfg)})
         self.log_dict(to_dict(cfg), "config.json")
         return self.run_id
 

@@ -22,7 +22,7 @@ import torch
 
 from trainer.episodes.samples import TokenSequence, Trajectory
 from trainer.episodes.scoring import MicroBatching, sequence_logprobs
-from trainer.hindsight.analyzer import analyzer_target
+from trainer.hindsight.analyzer import writer_prompt
 from trainer.hindsight.writers import writer_input
 from trainer.models.chat import encode
 from trainer.parallel.batches import blocks, most
@@ -150,7 +150,8 @@ def demo_trajectory(ctx: Components, episode) -> Trajectory:
 def writer_example(ctx: Components, episode, hindsight):
     """A Stage-1 / warm-start writer example: the prompt the self writer reads (its images
     too, with env.images), the oracle's hindsight as target."""
+    style = writer_prompt(ctx.cfg.writer.prompt)
     prompt, images = writer_input(ctx.tokenizer, ctx.prompt_env.domain_description(), episode,
-                                  ctx.cfg.model.max_prompt_tokens, ctx.builder.vision)
-    target = encode(ctx.tokenizer, analyzer_target(hindsight) + "<|im_end|>")
+                                  ctx.cfg.model.max_prompt_tokens, ctx.builder.vision, style)
+    target = encode(ctx.tokenizer, style.target(hindsight) + "<|im_end|>")
     return example(prompt, target, images)

@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 import envs
-from envs.base import Episode, Task, TextEnv, demo_policy, run_episode
+from envs.base import Episode, Task, TextEnv, demo_policy, lesson_donor, run_episode
 from envs.oracle import Oracle
+from trainer import plugins
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
 from trainer.episodes.scoring import MicroBatching
 from trainer.parallel.checkpoint import export_model
@@ -30,8 +31,17 @@ from trainer.stages.sft import demo_trajectory, sft, writer_example
 
 def task_skill(oracle: Oracle, env: TextEnv, task: Task) -> str:
     """The hindsight a skill-conditioned demonstration reads: the oracle's Positive skill of
-    a clean (mistake-free) demonstration of the same task."""
-    return oracle.write(run_episode(env, task, demo_policy(0.0, seed=f"skill:{task.id}"))).positive_skill
+    a clean (mistake-free) demonstration of the same task, or, where the env has families of
+    tasks that share a lesson (:meth:`~envs.base.TextEnv.family`: EZPoints' deck rules), of
+    another task of the same family, so that behaviour cloning teaches reading a lesson that
+    transfers rather than copying the task's own answer from its hindsight."""
+    source, family = task, env.family(task)
+    if family is not None:
+        tasks = env.panel(task.split)
+        donor = lesson_donor(family, task.id, [env.family(t) for t in tasks], [t.id for t in tasks],
+                             True, random.Random(f"skill:{task.id}"))
+        source = task if donor is None else tasks[donor]
+    return oracle.write(run_episode(env, source, demo_policy(0.0, seed=f"skill:{source.id}"))).positive_skill
 
 
 def demonstration(env: TextEnv, oracle: Oracle, task: Task, epsilon: float, seed: str,
@@ -95,8 +105,8 @@ def warm_start_cache(cfg: RunConfig) -> Path | None:
     """Where the warm-started model of ``cfg`` is cached, or None when caching is off.
 
     The key hashes everything the warm start depends on: model, env, the warm-start
-    settings (without the cache fields), the seed and :data:`DEMONSTRATIONS`.  Methods of a
-    study share it."""
+    settings (without the cache fields), the seed and :data:`DEMONSTRATIONS`, and the writer
+    prompt and the source of a plugin's env or writer prompt.  Methods of a study share it."""
     ws = cfg.stages.warm_start
     if not ws.cache or not ws.enabled:
         return None
@@ -105,6 +115,10 @@ def warm_start_cache(cfg: RunConfig) -> Path | None:
              "env": json.loads(canonical_json(cfg.env)),
              "warm_start": {k: v for k, v in to_dict(ws).items() if k not in ("cache", "cache_dir")},
              "seed": cfg.seed, "max_new_tokens": cfg.rollout.max_new_tokens, "demonstrations": DEMONSTRATIONS}
+    if cfg.writer.prompt != "analyzer":  # its writer examples (keys of the built-in prompt unchanged)
+        parts["writer_prompt"] = cfg.writer.prompt
+    if sources := [p.sha for p in plugins.used_plugins(cfg, ("env", "writer"))]:
+        parts["plugins"] = sources  # a plugin env or writer prompt edited: a new warm start
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
     root = ws.cache_dir or os.environ.get("HINDSIGHT_CACHE") or str(Path.home() / ".cache" / "hindsight-lab")
     return Path(root) / "warm_start" / key

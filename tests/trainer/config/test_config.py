@@ -52,7 +52,7 @@ EXACT = [
      f"unknown key 'algo.betta_opd'; did you mean 'algo.beta_opd'? valid keys in algo: {ALGO_KEYS}"),
     ({"algo": {"zzz": 1}}, f"unknown key 'algo.zzz'; valid keys in algo: {ALGO_KEYS}"),
     ({"sed": 1}, ("unknown key 'sed'; did you mean 'seed'? valid keys at the top level: algo, env, "
-                  "eval, model, output, parallel, rollout, seed, stages, tracking, writer")),
+                  "eval, model, output, parallel, plugins, rollout, seed, stages, tracking, writer")),
     ({"algo": {"beta_opd": -1}}, "algo.beta_opd: expected a number >= 0, got -1"),
     ({"algo": {"beta_opd": None}}, "algo.beta_opd: expected a number >= 0, got null"),
     ({"algo": {"beta_opd": "5"}}, "algo.beta_opd: expected a number >= 0, got '5'"),
