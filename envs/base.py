@@ -123,6 +123,27 @@ class Hindsight:
     boundary_valid: bool = True
 
 
+def lesson_donor(family: str | None, task_id: str, families: Sequence[str | None],
+                 ids: Sequence[str], same: bool, rng: random.Random) -> int | None:
+    """The index (into ``families`` / ``ids``) of a donor whose hindsight a task of ``family``
+    and ``task_id`` is given in place of its own: with ``same`` one of the same family on
+    another task (the lesson must transfer, not the task's own answer), else one of another
+    family (the shuffled control).  None when none qualifies or the task has no family."""
+    if family is None:
+        return None
+    pool = [j for j, (f, t) in enumerate(zip(families, ids, strict=True))
+            if f is not None and ((f == family and t != task_id) if same else f != family)]
+    return rng.choice(pool) if pool else None
+
+
+def lesson_donors(families: Sequence[str | None], ids: Sequence[str], same: bool,
+                  seed: str) -> list[int | None]:
+    """:func:`lesson_donor` of every item among the others, drawn by ``random.Random(seed)``
+    (a rerun pairs the same items)."""
+    rng = random.Random(seed)
+    return [lesson_donor(f, t, families, ids, same, rng) for f, t in zip(families, ids, strict=True)]
+
+
 def first_unrecovered_error(distances: Sequence[int | None], success: bool) -> int | None:
     """The first unrecovered decisive error turn of a finished trajectory, or ``None``.
 
@@ -252,6 +273,13 @@ class TextEnv(abc.ABC):
         """Raise ValueError when ``task`` belongs to another env (reset's first check)."""
         if task.env != self.name:
             raise ValueError(f"task {task.id!r} belongs to env {task.env!r}, not {self.name!r}")
+
+    def family(self, task: Task) -> str | None:
+        """The family of tasks that ``task`` shares a lesson with: a hindsight written on one
+        task of a family holds on the others (EZPoints' deck rules), and one of another family
+        does not (``hindsight diagnose skill --transfer``, the shuffled-skills control).  None:
+        the env defines no families."""
+        return None
 
     def check_split(self, split: str) -> None:
         if split not in self.splits:

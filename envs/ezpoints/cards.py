@@ -118,7 +118,7 @@ def panel(split: str) -> tuple[Task, ...]:
         raise ValueError(f"unknown ezpoints split {split!r}; valid: {', '.join(SPLIT_SIZES)}")
     deals = solvable_deals()
     rng = random.Random(f"ezpoints/panel/{split}")
-    return tuple(_task(f"ezpoints/{split}/{i:04d}", split, rng.choice(deals))
+    return tuple(deal_task(f"ezpoints/{split}/{i:04d}", split, rng.choice(deals))
                  for i in range(SPLIT_SIZES[split]))
 
 
@@ -126,9 +126,11 @@ def custom_task(task_id: str, first: tuple[str, str], second: tuple[str, str]) -
     """A hand-built deal (tests, demos); it need not be solvable."""
     value(first[0]), value(second[0])  # validates the ranks
     split = task_id.split("/")[1] if task_id.count("/") >= 2 else "custom"
-    return _task(task_id, split, (tuple(first), tuple(second)))
+    return deal_task(task_id, split, (tuple(first), tuple(second)))
 
 
-def _task(task_id: str, split: str, deal) -> Task:
+def deal_task(task_id: str, split: str, deal, rule: str | None = None) -> Task:
+    """A task of ``deal``; ``rule``: its family under a deck rule (:mod:`envs.ezpoints.rules`)."""
     cards = [list(card) for card in deal]
-    return Task(task_id, "ezpoints", split, instruction(), {"cards": cards})
+    spec = {"cards": cards} if rule is None else {"cards": cards, "rule": rule}
+    return Task(task_id, "ezpoints", split, instruction(), spec)

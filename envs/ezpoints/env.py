@@ -26,6 +26,14 @@ expert knows the face-down card; the demonstrator does not: it writes the visibl
 an operator the visible card allows (2, 3, 4 and 6 allow both: 55% of the deals) and writes the
 value that would make 12, and its thought says the card is face down.  With a skill that names
 both cards (the oracle's does: "Read both cards (4 and 8)") it plays the cards the skill names.
+
+Levels (``env.level``, :mod:`envs.ezpoints.rules`): ``full`` is gym_cards' deck (the default);
+``sum``, ``product`` and ``suit`` are deck rules under which the face-down card follows a fixed
+rule of the visible card across every deal, so the oracle's hindsight states a lesson that
+transfers to the next deal ("the face-down card always makes 12 with the visible card by +").
+They need ``hidden_cards=1``.  Under a rule the skilled demonstrator follows the operator the
+skill's lesson names (:func:`~envs.ezpoints.rules.lesson_operator`) on the visible card, and
+the unskilled one guesses between the two operators every rule's visible card allows.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from envs.ezpoints.cards import (
     wins,
 )
 from envs.ezpoints.render import draw
+from envs.ezpoints.rules import LEVELS, check_level, lesson, lesson_operator, rule_panel
 
 INVALID_OBSERVATION = "Nothing happens."
 _WORDS = {"plus": "+", "add": "+", "times": "*", "x": "*", "\u00d7": "*", "multiply": "*",
@@ -87,6 +96,7 @@ class EZPointsEnv(TextEnv):
     default_max_turns = 6
     splits = ("train", "eval")
     actions = TOKENS
+    levels = LEVELS
 
     def __init__(
         self,
@@ -96,14 +106,17 @@ class EZPointsEnv(TextEnv):
         images: bool = False,
         image_size: int = 300,
         hidden_cards: int = 0,
+        level: str = "full",
     ):
         """``max_turns`` 0 = 6 (four tokens solve a deal); ``show_admissible``:
         observations end with the admissible tokens; ``images``: every step's
         ``info["image"]`` is the rendered table (``image_size`` square pixels);
         ``hidden_cards``: how many of the last cards lie face down until the episode ends
-        (0 or 1)."""
+        (0 or 1); ``level``: the deck, ``full`` or a deck rule (module docstring)."""
         if hidden_cards not in (0, 1):
             raise ValueError(f"env.hidden_cards: {hidden_cards!r} is not valid; valid: 0, 1")
+        check_level(level, hidden_cards)
+        self.level = level
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
         self.hidden_cards = hidden_cards
         self.show_admissible = show_admissible
@@ -120,7 +133,12 @@ class EZPointsEnv(TextEnv):
     # -- tasks -------------------------------------------------------------------------
     def panel(self, split: str) -> list[Task]:
         self.check_split(split)
-        return list(panel(split))
+        return list(panel(split) if self.level == "full" else rule_panel(split, self.level))
+
+    def family(self, task: Task) -> str | None:
+        """Under a deck rule the task's family (``sum`` or ``product``): the deals whose
+        hindsight states the same lesson; None on gym_cards' deck."""
+        return task.spec.get("rule")
 
     # -- episode -----------------------------------------------------------------------
     def reset(self, task: Task, replay: Sequence[str] = ()) -> str:
@@ -213,6 +231,8 @@ class EZPointsEnv(TextEnv):
         the skill, right or wrong, is followed), the guesser when it names none."""
         if not self.hidden_cards:
             return super().skilled_demo_action(history, skill, rng=rng)
+        if (op := lesson_operator(skill)) is not None:
+            return self._follow(op, history, rng or self._rng)
         named = skill_values(skill)
         steps = plan(named, self.formula) if named else None
         return steps[0] if steps else self._guess(history, rng or self._rng)
@@ -231,6 +251,18 @@ class EZPointsEnv(TextEnv):
                 return wanted[0]
             return rng.choice([t for t in NUMBERS if t not in tried] or [EQUALS])
         return EQUALS
+
+    def _follow(self, op: str, history: Sequence[Turn], rng: random.Random) -> str:
+        """The skilled demonstrator under a deck rule: the visible value, the lesson's ``op``,
+        the value that makes 12 with it by ``op``, ``=``; the guesser once the formula leaves
+        that script or its value proved invalid (a lesson of another family)."""
+        first = self._visible_value()
+        wanted = dict(completions(first)).get(op)
+        script = (str(first), op, str(wanted), EQUALS) if wanted else ()
+        n, tried = len(self.formula), {t.action for t in history if not t.valid}
+        if script and self.formula == script[:n] and script[n] not in tried:
+            return script[n]
+        return self._guess(history, rng)
 
     def _visible_value(self) -> int:
         return next(v for v, hidden in zip(self.values, self._hidden()) if not hidden)
@@ -258,6 +290,11 @@ class EZPointsEnv(TextEnv):
         ``rollout.max_new_tokens`` (64; these are at most 57 SmolLM2 tokens), or behaviour
         cloning teaches a response the rollouts cut before its action."""
         ranks = [str(r) for r, _ in task.spec["cards"]]
+        op = lesson_operator(skill) if self.hidden_cards else None
+        if op is not None and (wanted := dict(completions(value(ranks[0]))).get(op)):
+            first = value(ranks[0])
+            return (f"{ranks[0]} is {first} and the face-down card makes {TARGET} with it by {op} "
+                    f"as the hindsight says: {first} {op} {wanted} = {TARGET}.")
         named = skill_values(skill) if self.hidden_cards else None
         if self.hidden_cards and not named:
             first = value(ranks[0])
@@ -287,7 +324,9 @@ class EZPointsEnv(TextEnv):
             f"number must stand, = after an operator) does nothing (\"{INVALID_OBSERVATION}\") "
             f"and still uses a turn; the game ends after {self.max_turns} turns."
         ) + (" The second card is dealt face down (shown as ?) and turned over when the game "
-             "ends." if self.hidden_cards else "")
+             "ends." if self.hidden_cards else "") + (
+            " In this deck the face-down card follows a fixed rule of the visible card that holds "
+            "for every deal." if self.level != "full" else "")
 
     def task_instruction(self, task: Task) -> str:
         return f"Your task is to: {task.instruction}"
@@ -301,10 +340,21 @@ class EZPointsEnv(TextEnv):
             "= before both cards are used, makes the goal unreachable: that token is the "
             "decisive mistake. Misreading a face card's value and writing tokens that cannot "
             "stand there waste turns."
-        )
+        ) + (" In this deck the face-down card makes 12 with the visible card by a fixed rule that "
+             "holds for every deal (by + or by *; under the suit rule by the visible card's "
+             "colour): a hindsight that states the rule tells the next deal's operator."
+             if self.level != "full" else "")
 
     def workflow(self, task: Task) -> list[str]:
+        """The oracle's Positive steps; under a deck rule the family's lesson instead of the
+        deal's two cards, so that they hold on every deal of the family."""
         cards = [str(r) for r, _ in task.spec["cards"]]
+        if self.level != "full":
+            return [
+                "Read the visible card's value: A is 1, number cards their number, J, Q and K are 10.",
+                lesson(self.level, tuple(task.spec["cards"][0])),
+                "Write = only once both cards are in the formula.",
+            ]
         return [
             f"Read both cards ({' and '.join(cards)}) and their values: A is 1, number cards "
             "their number, J, Q and K are 10.",

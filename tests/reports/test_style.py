@@ -26,6 +26,7 @@ PRINTED = {
     "etro_suffix_negative": "Suffix Negative", "etro_random_boundary": "Random Boundary",
     "etro_neg_prefix": "Negative at prefix", "etro_neg_suffix": "Negative at suffix",
     "opid": "OPID", "icsd": "ICSD",
+    "opd_only": "OPD only", "opd_only_shuffled": "OPD only (shuffled skills)",  # issue 44
 }
 
 

@@ -43,6 +43,8 @@ EXPECTED_NAMES = [
     "grpo_opsd",
     "skill_sd",
     "rlsd",
+    "opd_only",
+    "opd_only_shuffled",
     "skill_grpo",
     "skill_grpo_star",
     "skill_prompt",
