@@ -101,7 +101,8 @@ demo-figure:
 # SmolLM2 (about 25 minutes of training, 10 of evaluation) is trained with transformers and
 # LoRA and its card played on vLLM's CPU engine, the merged weights pushed to it: 2.2 times
 # as fast as the transformers backend (docs/results/smollm2_warm_start.md); its face-down
-# variant (env.hidden_cards: 1) takes about 21 minutes of training and 9 of evaluation.
+# variant (env.hidden_cards: 1) takes about 21 minutes of training and 9 of evaluation; the
+# deck-rule variant (env.level: suit, issue 44) has not been built or timed yet.
 warm-start: $(VENV)/.installed $(VENV_VLLM)/.installed
 	$(PY) scripts/warm_start.py examples/household_small.yaml \
 		--out trainer/assets/warm_start/household-small --eval-tasks 60
@@ -112,6 +113,9 @@ warm-start: $(VENV)/.installed $(VENV_VLLM)/.installed
 		--set model.backend=vllm --set model.vllm.kv_cache_gb=1
 	OMP_NUM_THREADS=2 $(VPY) scripts/warm_start.py examples/ezpoints_smollm2_hidden.yaml \
 		--out trainer/assets/warm_start/ezpoints-smollm2-hidden --eval-tasks 100 --threads 2 \
+		--set model.backend=vllm --set model.vllm.kv_cache_gb=1
+	OMP_NUM_THREADS=2 $(VPY) scripts/warm_start.py examples/ezpoints_smollm2_rule.yaml \
+		--out trainer/assets/warm_start/ezpoints-smollm2-rule --eval-tasks 100 --threads 2 \
 		--set model.backend=vllm --set model.vllm.kv_cache_gb=1
 
 bench: $(VENV)/.installed
