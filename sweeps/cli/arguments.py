@@ -102,6 +102,11 @@ def diagnose(parser: argparse.ArgumentParser) -> None:
                         help="skill: the first N training tasks make the panel (default 50)")
     parser.add_argument("--samples", type=int, default=4,
                         help="skill: episodes per panel task (default 4)")
+    parser.add_argument("--transfer", action="store_true",
+                        help="skill: also replay each task with a skill written on ANOTHER task of its "
+                             "family (the lift of a lesson that transfers) and with one of another family "
+                             "(the shuffled control); needs an env with task families (ezpoints with "
+                             "env.level: suit)")
     parser.add_argument("--advantage", default="etro", choices=["etro", "gigpo", "gigpo_std"],
                         help="step advantage: ETRO's pooled action returns (default) or "
                              "verl-agent's GiGPO (own return, optionally std-normalised)")

@@ -20,8 +20,8 @@ from trainer.config import ConfigError
 from trainer.models.folders import require_model_folder
 from trainer.protocols.alignment import SCORING_METHOD, alignment_records
 from trainer.protocols.continuations import continuations, suite_for
-from trainer.protocols.skill_signal import MOVED, skill_signal
-from trainer.run.components import build_components, start_rl
+from trainer.protocols.skill_signal import MOVED, TRANSFERS, skill_signal
+from trainer.run.components import build_components, env_factory, start_rl
 from trainer.run.resolve import load_config, resolve
 from trainer.run.store import git_sha
 
@@ -36,6 +36,8 @@ def diagnose_command(args) -> int:
     if args.writer:
         overrides.append(f"writer.kind={args.writer}")
     cfg = resolve(load_config(args.config, overrides))
+    if args.what == "skill" and args.transfer:
+        _require_families(cfg, args.panel_tasks)
     ctx = build_components(cfg, init_from=str(folder))
     start_rl(ctx)
     if args.what == "skill":
@@ -91,8 +93,8 @@ def _skill_command(ctx, args) -> int:
     cfg = ctx.cfg
     print(f"actor {args.actor}: {args.panel_tasks} training tasks x {args.samples} at T = "
           f"{cfg.rollout.temperature:g}, writer {cfg.writer.kind}, beta_opd {cfg.algo.beta_opd:g}, "
-          "never updated")
-    signal = skill_signal(ctx, args.panel_tasks, args.samples, progress=True)
+          "never updated" + (", with skills of other tasks (--transfer)" if args.transfer else ""))
+    signal = skill_signal(ctx, args.panel_tasks, args.samples, progress=True, transfer=args.transfer)
     out = Path(args.diagnose_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "skill_signal.json").write_text(json.dumps(
@@ -108,15 +110,45 @@ def _skill_command(ctx, args) -> int:
           f"(mean |Delta| {signal['moved_delta_abs']:.2f} there)")
     pairs = signal["paired_differences"]
     signal["lift_ci_low"], signal["lift_ci_high"] = bootstrap_ci(pairs, seed=cfg.seed)
-    (out / "skill_signal.json").write_text(json.dumps(
-        {**signal, "actor": str(args.actor), "writer": cfg.writer.kind, "git_sha": git_sha()},
-        indent=1) + "\n")
     print(f"success with the skill in context {signal['success_skill']:.3f}, without "
           f"{signal['success_no_skill']:.3f} (the same {signal['skilled']:.0f} tasks and seeds): "
           f"lift {sum(pairs) / len(pairs):+.3f}, 95% paired bootstrap interval "
           f"[{signal['lift_ci_low']:+.3f}, {signal['lift_ci_high']:+.3f}] over {len(pairs)} pairs")
+    if args.transfer:
+        _transfer_lines(signal, cfg.seed)
+    (out / "skill_signal.json").write_text(json.dumps(
+        {**signal, "actor": str(args.actor), "writer": cfg.writer.kind, "git_sha": git_sha()},
+        indent=1) + "\n")
     print(f"written: {out / 'skill_signal.json'}")
     return 0
+
+
+def _require_families(cfg, tasks: int) -> None:
+    """--transfer takes skills from other tasks of a family: the env must define families."""
+    env = env_factory(cfg)()
+    if not any(env.family(t) is not None for t in env.panel(cfg.env.train_split)[:tasks]):
+        raise ConfigError(f"--transfer: env {cfg.env.name} (level {cfg.env.level or 'default'}) defines no "
+                          "task families to take another task's skill from; envs with them: ezpoints with "
+                          "env.level: sum, product or suit (suit for the shuffled control)")
+
+
+_TRANSFER_WORDS = {"transfer": "a skill written on another task of its family",
+                   "shuffled": "a skill of another family (shuffled control)"}
+
+
+def _transfer_lines(signal: dict, seed: int) -> None:
+    """Print (and add to ``signal``) the lift of each transfer replay with its interval."""
+    for name in TRANSFERS:
+        pairs = signal[f"paired_differences_{name}"]
+        if not pairs:
+            print(f"with {_TRANSFER_WORDS[name]}: no task has one on this panel")
+            continue
+        low, high = bootstrap_ci(pairs, seed=seed)
+        signal[f"lift_{name}"] = sum(pairs) / len(pairs)
+        signal[f"lift_{name}_ci_low"], signal[f"lift_{name}_ci_high"] = low, high
+        print(f"with {_TRANSFER_WORDS[name]} {signal[f'success_{name}']:.3f}, without "
+              f"{signal[f'success_no_skill_{name}']:.3f}: lift {signal[f'lift_{name}']:+.3f}, 95% paired "
+              f"bootstrap interval [{low:+.3f}, {high:+.3f}] over {len(pairs)} pairs")
 
 
 def recovery_command(args) -> int:

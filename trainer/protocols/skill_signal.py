@@ -20,6 +20,14 @@ tasks are played again twice with common request seeds: with the skill in the ac
 (success with - success without, in {-1, 0, 1}); their mean is the Skill-Prompt lift, and
 ``hindsight diagnose skill`` puts a bootstrap interval on it, which the pairing narrows (the
 common seeds make the two replays of a task differ only where the skill moved an action).
+
+``transfer`` (``--transfer``, issue 44): a lift from a skill that names the deal's own answer
+says nothing about a lesson to internalize.  The transfer mode replays each task twice more
+with the same seeds: with the skill written on ANOTHER task of its family
+(:meth:`envs.base.TextEnv.family`, :func:`envs.base.lesson_donor`; EZPoints' deck rules: the
+same rule, another deal), whose lift over no skill measures transfer, and with a skill of
+ANOTHER family (the shuffled control: a lesson that is wrong here).  A task without a donor
+is left out of that comparison.
 Never an update, and nothing here reaches evaluation.
 """
 
@@ -28,6 +36,7 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
+from envs.base import lesson_donors
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import assert_same_actions
 from trainer.episodes.scoring import MicroBatching, score_trajectories
@@ -44,10 +53,13 @@ def _success(trajectories) -> float:
 MOVED = 1.0
 
 PHASES = ("play", "write", "score", "replay with skill", "replay without")
+# the transfer mode's donors: the same family on another task, and another family
+TRANSFERS = {"transfer": True, "shuffled": False}
 
 
 @torch.no_grad()
-def skill_signal(ctx: Components, tasks: int, samples: int, progress: bool = False) -> dict:
+def skill_signal(ctx: Components, tasks: int, samples: int, progress: bool = False,
+                 transfer: bool = False) -> dict:
     """The skill signal of the actor in ``ctx`` with its writer ``ctx.writer`` (module
     docstring): ``delta_abs``, ``delta_mean``, ``gate_std``, ``gate_mean`` over ``tokens``
     action tokens of ``skilled`` trajectories (of ``trajectories``, ``valid_rate`` of them with a
@@ -55,12 +67,15 @@ def skill_signal(ctx: Components, tasks: int, samples: int, progress: bool = Fal
     ``paired_differences`` (a list: one per replayed task, with - without).
     ``moved_share`` of those tokens have |Delta| >= :data:`MOVED`, with mean |Delta|
     ``moved_delta_abs`` (0 when none).  ``progress``: a bar over :data:`PHASES` (minutes each
-    on household)."""
-    with tqdm(PHASES, desc="diagnose skill", disable=not progress) as bar:
-        return _signal(ctx, tasks, samples, bar)
+    on household).  ``transfer`` (module docstring) adds, for each of :data:`TRANSFERS`,
+    ``success_<name>`` and ``success_no_skill_<name>`` over the tasks that have a donor and
+    their ``paired_differences_<name>``."""
+    phases = PHASES + tuple(f"replay with a {name} skill" for name in TRANSFERS if transfer)
+    with tqdm(phases, desc="diagnose skill", disable=not progress) as bar:
+        return _signal(ctx, tasks, samples, bar, transfer)
 
 
-def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict:
+def _signal(ctx: Components, tasks: int, samples: int, bar, transfer: bool) -> dict:
     def phase(name: str) -> None:
         bar.update(name != PHASES[0])  # a phase is done when the next begins
         bar.set_postfix_str(name)
@@ -98,6 +113,13 @@ def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict:
     with_skill, _ = collect(ctx.make_env, replay, ctx.builder, ctx.backend, sampling, texts, seed=seed)
     phase("replay without")
     without, _ = collect(ctx.make_env, replay, ctx.builder, ctx.backend, sampling, seed=seed)
+    if transfer:
+        families = [ctx.prompt_env.family(task) for task in replay]
+        for name, same in TRANSFERS.items():
+            phase(f"replay with a {name} skill")
+            donors = lesson_donors(families, [t.id for t in replay], same, f"skill-signal-{name}:{cfg.seed}")
+            out.update(_donor_replay(ctx, name, replay, [None if j is None else texts[j] for j in donors],
+                                     without, sampling, seed))
     bar.update(1)
     return {**out, "tokens": float(delta.numel()), "delta_abs": float(size.mean()),
             "delta_mean": float(delta.mean()), "moved_share": moved.numel() / delta.numel(),
@@ -106,3 +128,17 @@ def _signal(ctx: Components, tasks: int, samples: int, bar) -> dict:
             "success_no_skill": _success(without),
             "paired_differences": [float(a.episode.success) - float(b.episode.success)
                                    for a, b in zip(with_skill, without, strict=True)]}
+
+
+def _donor_replay(ctx: Components, name: str, replay, given: list[str | None], without, sampling,
+                  seed: int) -> dict:
+    """The replays of ``replay`` with the donors' skills ``given`` (None: no donor), with the
+    seeds of the no-skill replay ``without``; success with and without and the paired
+    differences over the tasks that have a donor."""
+    keep = [i for i, text in enumerate(given) if text is not None]
+    played = collect(ctx.make_env, replay, ctx.builder, ctx.backend, sampling, given, seed=seed)[0] \
+        if keep else []
+    pairs = [float(played[i].episode.success) - float(without[i].episode.success) for i in keep]
+    return {f"success_{name}": _success([played[i] for i in keep]),
+            f"success_no_skill_{name}": _success([without[i] for i in keep]),
+            f"paired_differences_{name}": pairs}

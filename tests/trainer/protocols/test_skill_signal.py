@@ -56,3 +56,63 @@ def test_diagnose_skill_command_prints_and_writes_the_signal(tmp_path, capsys):
     assert "mean |Delta|" in printed and "success with the skill in context" in printed
     assert "|Delta| >= 1 nat on " in printed
     assert "95% paired bootstrap interval" in printed and "over 2 pairs" in printed
+
+
+RULE = ["env.hidden_cards=1", "env.level=suit"]  # EZPoints' suit rule: two families of deals
+
+
+def test_the_transfer_mode_replays_with_another_tasks_and_another_familys_skill(tmp_path, monkeypatch):
+    """--transfer (issue 44): each task is replayed with the skill the writer wrote on ANOTHER
+    task of its family (same lesson, another deal) and with one of the other family (the
+    shuffled control), on the seeds of the no-skill replay."""
+    import trainer.protocols.skill_signal as protocol
+    from envs.ezpoints.rules import OPERATOR, lesson_operator
+
+    ctx = build_components(resolve(load_config(CONFIG, [*SETS, *RULE, f"output.dir={tmp_path}"])),
+                           init_from=str(ACTOR))
+    start_rl(ctx)
+    calls, real = [], protocol.collect
+
+    def spy(make_env, tasks, builder, backend, sampling, skills=None, **kw):
+        calls.append((list(tasks), skills))
+        return real(make_env, tasks, builder, backend, sampling, skills, **kw)
+
+    monkeypatch.setattr(protocol, "collect", spy)
+    signal = protocol.skill_signal(ctx, tasks=6, samples=2, transfer=True)
+    tasks = calls[0][0]
+    assert {ctx.prompt_env.family(t) for t in tasks} == {"sum", "product"}
+    (_, own), (_, none), (_, same), (_, other) = calls[1:]  # play, replays: own, none, transfer, shuffled
+    assert none is None and len(own) == len(same) == len(other) == len(tasks)
+    family = ctx.prompt_env.family
+    for task, mine, given, shuffled in zip(tasks, own, same, other, strict=True):
+        right = OPERATOR[family(task)]
+        assert lesson_operator(mine) == right != lesson_operator(shuffled)
+        if not any(family(t) == family(task) and t.id != task.id for t in tasks):
+            assert given is None  # its family's only deal on the panel: left out, never its own skill
+            continue
+        donors = {own[j] for j, t in enumerate(tasks) if family(t) == family(task) and t.id != task.id}
+        assert lesson_operator(given) == right and given in donors  # another deal's hindsight
+    for name, given in (("transfer", same), ("shuffled", other)):
+        pairs = signal[f"paired_differences_{name}"]
+        n = sum(text is not None for text in given)
+        assert len(pairs) == n > 0 and set(pairs) <= {-1.0, 0.0, 1.0}
+        assert sum(pairs) / n == pytest.approx(signal[f"success_{name}"] - signal[f"success_no_skill_{name}"])
+
+
+def test_diagnose_skill_transfer_prints_and_writes_both_lifts(tmp_path, capsys):
+    out = tmp_path / "d"
+    argv = ["diagnose", "skill", str(CONFIG), "--actor", str(ACTOR), "--writer", "oracle", "--transfer",
+            "--panel-tasks", "4", "--samples", "1", "--diagnose-dir", str(out),
+            *(f"--set={s}" for s in RULE)]
+    assert main(argv) == 0
+    signal = json.loads((out / "skill_signal.json").read_text())
+    for name in ("transfer", "shuffled"):
+        assert signal[f"lift_{name}_ci_low"] <= signal[f"lift_{name}"] <= signal[f"lift_{name}_ci_high"]
+    printed = capsys.readouterr().out
+    assert "with a skill written on another task of its family " in printed
+    assert "with a skill of another family (shuffled control) " in printed
+    assert printed.count("95% paired bootstrap interval") == 3
+    assert main(argv[:-2] + ["--diagnose-dir", str(out)]) == 2  # gym_cards' deck: no families
+    assert capsys.readouterr().err.strip() == (
+        "error: --transfer: env ezpoints (level full) defines no task families to take another task's "
+        "skill from; envs with them: ezpoints with env.level: sum, product or suit (suit for the shuffled control)")
