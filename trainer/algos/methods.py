@@ -67,6 +67,8 @@ class MethodSpec:
             config's ``algo.suffix_skill`` / ``algo.suffix_weight``.
         library: who writes the static library when ``writer.library`` names no file
             (:data:`LIBRARY_SOURCES`).
+        shuffled_skills: each trajectory's teacher reads the hindsight of a trajectory of
+            another family (:class:`~trainer.hindsight.shuffled.ShuffledSkills`): a control.
     """
 
     name: str
@@ -91,6 +93,7 @@ class MethodSpec:
     suffix_skill: str | None = None
     suffix_weight: float | None = None
     library: str = "oracle"
+    shuffled_skills: bool = False
 
     def __post_init__(self) -> None:
         if not self.label.strip():
@@ -123,7 +126,7 @@ class MethodSpec:
             raise ValueError(
                 f"{self.name}: an OPD loss scores exactly one skill context, got {self.skills}"
             )
-        if self.skills and self.writer == "none":
+        if (self.skills or self.shuffled_skills) and self.writer == "none":
             raise ValueError(f"{self.name}: skills {self.skills} need a writer, got writer='none'")
         if not self.uses_rl and self.trains and self.opd_loss is None:
             raise ValueError(f"{self.name}: without RL a training method needs an opd_loss")
@@ -258,44 +261,22 @@ _TABLE = [
         label="Gated static skill",
     ),
     MethodSpec(
-        "opsd",
-        paper=f"Zhao et al. 2026a; {_BASELINES}",
+        "opsd", paper=f"Zhao et al. 2026a; {_BASELINES}",
         summary="OPSD: ungated sampled-token self-distillation from a privileged context, no RL",
-        advantage="none",
-        credit=None,
-        opd_loss="opsd",
-        skills=("privileged",),
-        writer="oracle",
-        teacher="current",
-        lambda_opd=1.0,
-        uses_rl=False,
-        label="OPSD",
+        advantage="none", credit=None, opd_loss="opsd", skills=("privileged",), writer="oracle",
+        teacher="current", lambda_opd=1.0, uses_rl=False, label="OPSD",
     ),
     MethodSpec(
-        "grpo_opsd",
-        paper=f"Zhao et al. 2026a; {_BASELINES}",
+        "grpo_opsd", paper=f"Zhao et al. 2026a; {_BASELINES}",
         summary="GRPO+OPSD: GRPO plus ungated privileged-context self-distillation",
-        advantage="grpo",
-        credit=None,
-        opd_loss="opsd",
-        skills=("privileged",),
-        writer="oracle",
-        teacher="current",
-        lambda_opd=0.01,
-        label="GRPO+OPSD",
+        advantage="grpo", credit=None, opd_loss="opsd", skills=("privileged",), writer="oracle",
+        teacher="current", lambda_opd=0.01, label="GRPO+OPSD",
     ),
     MethodSpec(
-        "skill_sd",
-        paper=f"Wang et al. 2026; {_BASELINES}",
+        "skill_sd", paper=f"Wang et al. 2026; {_BASELINES}",
         summary="Skill-SD: GRPO plus ungated self-distillation from a retrieved library skill",
-        advantage="grpo",
-        credit=None,
-        opd_loss="opsd",
-        skills=("positive",),
-        writer="static",
-        teacher="current",
-        lambda_opd=0.01,
-        label="Skill-SD",
+        advantage="grpo", credit=None, opd_loss="opsd", skills=("positive",), writer="static",
+        teacher="current", lambda_opd=0.01, label="Skill-SD",
     ),
     MethodSpec(
         "rlsd",
@@ -309,6 +290,25 @@ _TABLE = [
         teacher="old",
         lambda_opd=0.0,
         label="RLSD",
+    ),
+    # SEED's internalization test (review, "internalizing the skill"; issue 44): the gated OPD
+    # alone moves the no-skill policy toward the skilled one, or it does not. The oracle
+    # writer, so that the test measures the distillation, not the self writer's reliability;
+    # lambda_opd 1 as OPSD's (no RL term to weigh it against). writer.kind=self is allowed.
+    _seed(
+        "opd_only",
+        "SEED's gated OPD alone (RL advantage off, no PPO/KL term) from the oracle's skill: does "
+        "distillation internalize the lesson? (writer oracle: the test is of the mechanism)",
+        paper=f"{SEED}: Eq. 1 without Eq. RL; the internalization test (Skill-Prompt vs SEED)",
+        advantage="none", uses_rl=False, writer="oracle", lambda_opd=1.0, label="OPD only",
+    ),
+    _seed(
+        "opd_only_shuffled",
+        "OPD only, each trajectory's teacher given the skill of another family (another deck "
+        "rule; another task where the env has none): the internalization test's control",
+        paper=f"{SEED}: Eq. 1 without Eq. RL, shuffled skills (a control, not in SEED)",
+        advantage="none", uses_rl=False, writer="oracle", lambda_opd=1.0, shuffled_skills=True,
+        label="OPD only (shuffled skills)",
     ),
     _plain(
         "skill_grpo",

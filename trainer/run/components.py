@@ -26,6 +26,7 @@ from trainer.config import RunConfig
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import SampleBuilder, TokenSequence
 from trainer.hindsight.analyzer import ANALYZER, WRITER_IMAGES, WriterPrompt, writer_prompt
+from trainer.hindsight.shuffled import ShuffledSkills
 from trainer.hindsight.writers import (
     ExternalWriter,
     FrozenWriter,
@@ -141,7 +142,9 @@ def make_writer(ctx: Components, kind: str) -> Writer:
             ctx.prompt_env.domain_description(), cfg.writer, cfg.model.max_prompt_tokens, ctx.builder.vision),
         "frozen": lambda: frozen_writer_from(ctx),
     }
-    return builders[kind]()
+    writer = builders[kind]()
+    # the shuffled-skills control (opd_only_shuffled): another family's hindsight for each trajectory
+    return ShuffledSkills(writer, ctx.prompt_env) if ctx.spec.shuffled_skills and kind != "none" else writer
 
 
 def policy_writer(ctx: Components) -> SelfWriter:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import envs
-from envs.base import Episode, Task, TextEnv, demo_policy, run_episode
+from envs.base import Episode, Task, TextEnv, demo_policy, lesson_donor, run_episode
 from envs.oracle import Oracle
 from trainer import plugins
 from trainer.config import ConfigError, RunConfig, canonical_json, to_dict
@@ -31,8 +31,17 @@ from trainer.stages.sft import demo_trajectory, sft, writer_example
 
 def task_skill(oracle: Oracle, env: TextEnv, task: Task) -> str:
     """The hindsight a skill-conditioned demonstration reads: the oracle's Positive skill of
-    a clean (mistake-free) demonstration of the same task."""
-    return oracle.write(run_episode(env, task, demo_policy(0.0, seed=f"skill:{task.id}"))).positive_skill
+    a clean (mistake-free) demonstration of the same task, or, where the env has families of
+    tasks that share a lesson (:meth:`~envs.base.TextEnv.family`: EZPoints' deck rules), of
+    another task of the same family, so that behaviour cloning teaches reading a lesson that
+    transfers rather than copying the task's own answer from its hindsight."""
+    source, family = task, env.family(task)
+    if family is not None:
+        tasks = env.panel(task.split)
+        donor = lesson_donor(family, task.id, [env.family(t) for t in tasks], [t.id for t in tasks],
+                             True, random.Random(f"skill:{task.id}"))
+        source = task if donor is None else tasks[donor]
+    return oracle.write(run_episode(env, source, demo_policy(0.0, seed=f"skill:{source.id}"))).positive_skill
 
 
 def demonstration(env: TextEnv, oracle: Oracle, task: Task, epsilon: float, seed: str,
