@@ -7,7 +7,7 @@ that stops a trial whose intermediate evaluations trail the others'.
   finished and the current evaluation) at the trial's step ``trial_step`` (its training
   steps, its seeds in turn: seed k of a trial of S-step runs is at ``k * S + step``).
 * A stopped trial's runs get the MLflow tag ``pruned_at`` (its ``trial_step`` then) and the
-  run it was training ends KILLED (``sweeps.trial_runs.mark_pruned``); Optuna records it
+  run it was training ends KILLED (``sweeps.trial_runs.settle_search_trial``); Optuna records it
   PRUNED (``sweeps.search``), so it never counts as complete.  A trial's last report carries
   ``complete``: a trial stopped without it was pruned.
 """
