@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sweeps import pruning
+from sweeps import pruning, seeds
 from sweeps import study as schema
 from trainer import config
 
@@ -117,6 +117,19 @@ def render() -> str:
         "## Study keys",
         "",
         *_table(_study_rows(schema.STUDY_FIELDS)),
+        "",
+        "## `seeds`",
+        "",
+        "Seeds added until decided, in place of `grid.seed`. Each cell other than the baseline is",
+        "compared with the baseline cell of the same grid values, paired by seed, on a repeated",
+        "confidence interval of the mean difference: it excludes 0 (different) or lies inside",
+        "+-`effect` (equivalent), and the cell gets no more seeds; else it (and its baseline, when",
+        "that seed is missing) gets the next seed, up to `max`. The intervals hold at every look",
+        "at once (alpha spending calibrated for Student t, Bonferroni over the comparisons), so",
+        "the false-positive rate over all looks stays at `alpha`. Example: `seeds: {min: 3, max:",
+        "10, effect: 3, baseline: grpo}`. Why and how well: docs/results/compute_aware_studies.md.",
+        "",
+        *_table(_study_rows(seeds.SEEDS_FIELDS, "seeds.")),
         "",
         "## `search`",
         "",

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.pruning import objective
+from sweeps import rounds
 from sweeps import search as optuna_search
 from sweeps.locks import study_lock
 from sweeps.pruning import COMPLETE, OBJECTIVE, STEP, TrialReports, make_scheduler, was_pruned
@@ -59,7 +60,7 @@ from sweeps.trial_runs import (
     spec_run_id,
     trial_log,
 )
-from sweeps.trials import Trial, expand, make_trial
+from sweeps.trials import Trial, make_trial
 from trainer.config import from_dict, to_dict
 from trainer.run.store import experiment_id, make_client, with_retry
 from trainer.run.tracking import (
@@ -439,15 +440,15 @@ def run_study(study: Study, *, train_fn: TrainFn | None = None, retry_failed: bo
         train_fn = functools.partial(train_on_ranks, trial_resources=study.resources.ray())
     if study.search is not None:
         return _run_search(study, train_fn, conc, address, dry_run, echo, bar)
-    plan = plan_trials(expand(study), study_children(study), retry_failed)
-    echo(plan.format() if dry_run else plan.format().splitlines()[0])
+    first = plan_trials(rounds.first_trials(study), study_children(study), retry_failed)
+    echo(first.format() if dry_run else first.format().splitlines()[0])
     if dry_run:
         return None
     client = make_client(study.store_uri)
     exp_id = experiment_id(client, study.experiment)
     with study_lock(study, "parent"):  # drivers launched at once share one parent run
         parent_id = ensure_parent(client, exp_id, study)
-    if plan.launch:
+    for plan in rounds.launches(study, first, client, parent_id, echo):
         # A fresh pair's child run is created by its trial as it starts (claim_child).
         specs = [{"name": x.trial.name, "desc": x.trial.describe(), "key": list(x.trial.key),
                   "run_id": prepare_child(client, exp_id, parent_id, x) if x.run_id else None,

@@ -4,7 +4,8 @@ cells x seeds status table, and the ``status`` / ``ui`` commands.
 State of a (cell, seed) pair from its child runs: ``finished`` if any run FINISHED, else
 ``running`` if one is RUNNING, else ``pruned`` if a KILLED one carries ``pruned_at`` (a search's
 pruner stopped it: done, not failed), else ``failed`` if one FAILED/KILLED, else ``missing`` (no
-run, or only a SCHEDULED one that never started).
+run, or only a SCHEDULED one that never started); in a grid with a ``seeds:`` plan, a missing
+pair the plan has not called for (its cell was decided first) is ``unneeded``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from analysis.pruning import PRUNED_TAG
+from sweeps.sequential import round_trials
 from sweeps.study import Study, describe_overrides, distinguishing
 from sweeps.trials import expand
 from trainer.config import ConfigError
@@ -29,6 +31,7 @@ from trainer.run.tracking import KIND_TAG, redact_url
 
 STATES = ("finished", "running", "failed", "missing")
 PRUNED = "pruned"  # counted and shown only where a search pruned a trial
+UNNEEDED = "unneeded"  # counted and shown only where a seeds: plan skipped a pair
 Key = tuple[str, int]
 
 
@@ -111,12 +114,13 @@ class StudyStatus:
 
     def counts(self) -> dict[str, int]:
         values = list(self.states.values())
-        pruned = {PRUNED: values.count(PRUNED)} if PRUNED in values else {}
-        return {**{s: values.count(s) for s in STATES}, **pruned}
+        extra = {s: values.count(s) for s in (PRUNED, UNNEEDED) if s in values}
+        return {**{s: values.count(s) for s in STATES}, **extra}
 
     @property
     def complete(self) -> bool:
-        return bool(self.states) and all(s in ("finished", PRUNED) for s in self.states.values())
+        done = ("finished", PRUNED, UNNEEDED)
+        return bool(self.states) and all(s in done for s in self.states.values())
 
     def format(self) -> str:
         width = max([len(d) for _, d in self.cells] + [4])
@@ -146,6 +150,10 @@ def study_status(study: Study) -> StudyStatus:
     cells = [(cid, f"{cid} {describe_overrides(d)}".strip()) for cid, d in zip(overrides, described)]
     seeds = sorted({seed for _, seed in keys})
     states = {k: pair_state(children.get(k, [])) for k in keys}
+    if study.seeds_plan is not None:  # pairs the plan has not called for
+        needed = {t.key for t in round_trials(study, children)}
+        states = {k: UNNEEDED if s == "missing" and k not in needed else s
+                  for k, s in states.items()}
     return StudyStatus(study.name, cells, seeds, states)
 
 

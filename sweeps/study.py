@@ -11,6 +11,7 @@ and the closest match)::
       algo.method: [grpo, seed]
       algo.beta_opd: [1.0, 5.0]
       seed: [0, 1]                        # seeds are an axis too; default [base.seed]
+    seeds: {min: 3, max: 10, effect: 3}  # instead of grid.seed: seeds added until decided
     search:                               # optional Optuna search (instead of grid cells)
       space: {algo.lambda_opd: {type: float, low: 0.001, high: 0.1, log: true}}
       trials: 8
@@ -40,6 +41,7 @@ from typing import Any
 
 from sweeps.keys import REQUIRED, KeySpec
 from sweeps.pruning import PrunerSpec, parse_pruner
+from sweeps.seeds import SeedsSpec, check_seeds, parse_seeds
 from trainer import plugins
 from trainer.config import (
     ConfigError,
@@ -85,6 +87,9 @@ STUDY_FIELDS: dict[str, KeySpec] = {
     "grid": KeySpec("mapping", {}, "Dotted run-config key -> list of values; the study trains "
                     "the product of the axes. `seed: [0, 1, 2]` is the seed axis (default: "
                     "`[base.seed]`). Cannot be combined with `search`."),
+    "seeds": KeySpec("mapping", None, "Seeds added until decided, instead of `grid.seed` (keys "
+                     "below): every cell runs `min` seeds, then one more a round while its "
+                     "comparison with the baseline is undecided, up to `max`."),
     "search": KeySpec("mapping", None, "An Optuna search instead of a grid (keys below).", ""),
     "resources": KeySpec("mapping", {}, "Ray resources per trial: `cpus`, `gpus`, `custom` "
                          "(keys below). Per trial whatever `parallel.workers` is: a trial of N "
@@ -199,6 +204,7 @@ class Study:
     grid: tuple[tuple[str, tuple], ...] = ()
     search: SearchSpec | None = None
     resources: Resources = Resources()
+    seeds_plan: SeedsSpec | None = None  # the grid's ``seeds:`` (sweeps.seeds)
     max_concurrent: int = 0
     tracking_uri: str = ""
     ray_address: str = ""
@@ -221,9 +227,12 @@ class Study:
 
     @property
     def seeds(self) -> tuple[int, ...]:
-        """Grid seeds; for a search, base.seed + 0..seeds_per_trial-1."""
+        """Grid seeds; for a search, base.seed + 0..seeds_per_trial-1; for a ``seeds:``
+        plan, base.seed + 0..max-1 (the plan runs the first ones it needs)."""
         if self.search is not None:
             return tuple(self.base.seed + i for i in range(self.search.seeds_per_trial))
+        if self.seeds_plan is not None:
+            return tuple(self.base.seed + i for i in range(self.seeds_plan.max))
         return dict(self.grid).get("seed", (self.base.seed,))
 
 
@@ -447,6 +456,13 @@ def parse_study(data: Any, *, folder: Path, out: str | Path | None = None,
                 f"{where}: grid and search cannot be combined; put the grid keys in "
                 f"search.space as categorical dimensions and the seeds in search.seeds_per_trial"
             )
+    seeds_plan = None
+    if data.get("seeds") is not None:
+        if search is not None:
+            raise ConfigError(f"{where}: seeds and search cannot be combined; a search's seeds "
+                              f"are search.seeds_per_trial")
+        seeds_plan = parse_seeds(f"{where}.seeds", data["seeds"], base)
+        check_seeds(f"{where}.seeds", seeds_plan, grid, base)
     max_conc = _want(f"{where}.max_concurrent", data.get("max_concurrent", 0), int, "an integer")
     if max_conc < 0:
         raise ConfigError(f"{where}.max_concurrent: must be >= 0 (0 = as resources allow), got {max_conc}")
@@ -456,7 +472,7 @@ def parse_study(data: Any, *, folder: Path, out: str | Path | None = None,
         max_concurrent=max_conc,
         tracking_uri=_want(f"{where}.tracking_uri", data.get("tracking_uri") or "", str, "a URI"),
         ray_address=_want(f"{where}.ray_address", data.get("ray_address") or "", str, "an address"),
-        out_dir=out_dir, path=path,
+        out_dir=out_dir, path=path, seeds_plan=seeds_plan,
     )
 
 
