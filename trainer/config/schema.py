@@ -165,9 +165,9 @@ class EnvConfig:
     context: str = field(default="window", metadata=_choices("window", "full"))
     # N for the window context: how many past (observation, action) pairs are kept.
     history_window: int = field(default=2, metadata={"ge": 0})
-    # Size of the domain: household "full" (paper scale) or "small" (the CPU level: rooms of
-    # at most 6 receptacles, four families); sokoban "1box" or "2box"; "" = the env's default
-    # (its first level).
+    # Size or variant of the domain: household "full" or "small" (the CPU level: rooms of at most 6
+    # receptacles, four families); sokoban "1box" or "2box"; ezpoints "full" or a deck rule "sum",
+    # "product", "suit" (issue 44; needs hidden_cards 1); "" = the env's default (its first level).
     level: str = ""
     # End every observation with the admissible commands (verl-agent's ALFWorld prompt);
     # null = on for the envs that have the switch (household, alfworld).
