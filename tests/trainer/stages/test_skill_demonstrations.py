@@ -112,3 +112,31 @@ def test_evaluation_never_sees_a_skill(ctx, monkeypatch, method):
                                                          {**SMALL, "algo.method": method})))
     evaluate_panels(evaluated, step=0)
     assert calls and all(s is None or not any(s) for s in calls)
+
+
+def test_under_a_deck_rule_a_demonstration_reads_another_deals_lesson():
+    """EZPoints' suit rule (issue 44): the skill a skilled demonstration reads is the oracle's
+    hindsight of ANOTHER deal of the same family (it states that family's operator; its
+    progress line names that deal's cards), so cloning teaches reading a lesson, not copying
+    the deal's own cards; the demonstrator follows it and wins.  Without families: its own."""
+    from envs.base import demo_policy, run_episode
+    from envs.ezpoints import EZPointsEnv
+    from envs.ezpoints.rules import OPERATOR, lesson_operator
+
+    env = EZPointsEnv(hidden_cards=1, level="suit")
+    oracle = Oracle(lambda: EZPointsEnv(hidden_cards=1, level="suit"))
+
+    def own(oracle, env, task):
+        return oracle.write(run_episode(env, task, demo_policy(0.0, seed=f"skill:{task.id}"))).positive_skill
+
+    tasks = env.panel("train")[:20]
+    others = 0
+    for task in tasks:
+        skill = task_skill(oracle, env, task)
+        assert lesson_operator(skill) == OPERATOR[env.family(task)]
+        others += skill != own(oracle, env, task)
+        episode, given = demonstration(env, oracle, task, 0.0, f"demo:{task.id}", with_skill=True)
+        assert given == skill and episode.success
+    assert others >= 10  # another deal's progress line (the same cards now and then)
+    face_up, task = EZPointsEnv(), EZPointsEnv().panel("train")[0]
+    assert task_skill(Oracle(EZPointsEnv), face_up, task) == own(Oracle(EZPointsEnv), face_up, task)
