@@ -112,6 +112,13 @@ def report(args: argparse.Namespace) -> int:
     return studies.report_command(args)
 
 
+def power(args: argparse.Namespace) -> int:
+    """Seeds each comparison with the baseline needs, from a pilot's spread (and the minimum detectable effect)."""
+    from sweeps.cli import planning  # deferred: MLflow, pandas, scipy
+
+    return planning.power_command(args)
+
+
 # The extension point: subcommand name -> (add_arguments, handler).
 COMMANDS: dict[str, tuple[AddArguments, Handler]] = {
     "validate": (arguments.validate, validate),
@@ -125,6 +132,7 @@ COMMANDS: dict[str, tuple[AddArguments, Handler]] = {
     "status": (arguments.study, status),
     "ui": (arguments.ui, ui),
     "report": (arguments.report, report),
+    "power": (arguments.power, power),
 }
 
 

@@ -169,3 +169,23 @@ def report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ui-url", default="http://127.0.0.1:5000",
                         help="MLflow UI address that run ids in index.md link to "
                              "(`hindsight ui` serves it; '' for no links)")
+
+
+def power(parser: argparse.ArgumentParser) -> None:
+    study(parser)
+    parser.add_argument("--pilot", default=None, metavar="STUDY_OR_STORE",
+                        help="where the pilot's runs are: another study file, or a tracking URI "
+                             "holding runs of this study's name (default: this study's own "
+                             "store); a study cell missing there is matched by its method")
+    parser.add_argument("--effect", type=float, default=None, metavar="POINTS",
+                        help="the difference to detect, in points (the metric x 100); default: "
+                             "the study's seeds.effect, else only the SDs and the minimum "
+                             "detectable effects are printed")
+    parser.add_argument("--baseline", default=None, metavar="METHOD",
+                        help="the method every other cell is compared with (default: the "
+                             "study's seeds.baseline, else grpo)")
+    parser.add_argument("--metric", default=None,
+                        help="the logged metric (default: the study's seeds.metric, else the "
+                             "held-out panel's success)")
+    parser.add_argument("--alpha", type=float, default=0.05,
+                        help="family-wise level, Holm over the comparisons (default 0.05)")
