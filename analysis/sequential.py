@@ -227,8 +227,9 @@ def plan_round(per_seed: Mapping[str, Mapping[int, float]], baseline: Mapping[st
     ``per_seed``: cell -> {seed: metric} of its finished runs; ``baseline``: compared cell
     -> its baseline cell (every cell of the study appears as a key or a value);
     ``seeds``: the plan's seed list in order (``max`` of them). A cell whose comparison is
-    undecided with ``n`` pairs short of ``max`` gets target ``n + 1``; every cell at least
-    ``min``; a baseline as many as its comparisons need (pairs are by seed)."""
+    undecided with ``n`` pairs short of ``max`` gets target ``n + 1``, a decided one (or one
+    at ``max``) keeps its ``n``; every cell at least ``min``; a baseline as many as its
+    comparisons need (pairs are by seed)."""
     if len(seeds) < plan.max:
         raise ValueError(f"seeds={list(seeds)!r}; valid: a list of at least seeds.max "
                          f"({plan.max}) seeds")
@@ -240,9 +241,10 @@ def plan_round(per_seed: Mapping[str, Mapping[int, float]], baseline: Mapping[st
         first = {s: v for s, v in per_seed.get(cell, {}).items() if s in seeds[: plan.max]}
         result = look(paired_differences(first, per_seed.get(base, {})), plan, m)
         looks[cell] = result
-        if not result.final and result.n >= plan.min:
-            targets[cell] = max(targets[cell], result.n + 1)
-            targets[base] = max(targets[base], result.n + 1)
+        # an open look asks for one more pair; a final one keeps the pairs it has
+        need = result.n + 1 if not result.final and result.n >= plan.min else result.n
+        targets[cell] = max(targets[cell], need)
+        targets[base] = max(targets[base], need)
     return Round(targets, looks)
 
 

@@ -133,6 +133,13 @@ def test_plan_round_adds_seeds_to_undecided_cells_and_their_baseline():
     assert step.targets == {"a": 3, "b": 4, "base": 4}
     assert not step.settled({"a": 3, "b": 3, "base": 3})
     assert step.settled({"a": 3, "b": 4, "base": 4})
+    # b undecided at max (5 pairs) and a decided: each keeps the seeds it ran (a relaunch
+    # plans the same pairs), and nothing more is asked for.
+    later = {**values, "base": {**values["base"], 3: 50.0, 4: 50.0},
+             "b": {**values["b"], 3: 49.5, 4: 50.5}}
+    last = plan_round(later, {"a": "base", "b": "base"}, plan, seeds)
+    assert last.looks["b"].final and last.looks["b"].state == "undecided"
+    assert last.targets == {"a": 3, "b": 5, "base": 5}
 
 
 def test_replay_of_the_cpu_reference_reaches_the_full_studys_decisions():
