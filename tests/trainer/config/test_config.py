@@ -341,6 +341,12 @@ def test_env_factory_passes_level_and_switch_to_the_env():
 
     hidden = env_factory(resolve(apply_overrides(RunConfig(), ["env.name=ezpoints", "env.hidden_cards=1"])))()
     assert hidden.hidden_cards == 1
+    rule = env_factory(resolve(apply_overrides(RunConfig(), ["env.name=ezpoints", "env.hidden_cards=1",
+                                                             "env.level=suit"])))()
+    assert (rule.level, rule.family(rule.panel("train")[0])) == ("suit", "sum")  # issue 44's deck rule
+    with pytest.raises(ConfigError, match=r"env.level: 'odd' is not a level of ezpoints; valid: full, sum, "
+                                          r"product, suit"):
+        resolve(apply_overrides(RunConfig(), ["env.name=ezpoints", "env.level=odd"]))
 
     env = env_factory(resolve(apply_overrides(RunConfig(), ["env.level=small", "env.show_admissible=false"])))()
     assert (env.level, env.show_admissible) == ("small", False)
