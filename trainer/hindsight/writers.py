@@ -183,23 +183,30 @@ def _words(text: str) -> set[str]:
 class StaticWriter:
     """A fixed skill library: entries ``{"instruction", "skill"}``; each trajectory gets the
     skill of the entry whose instruction shares the most words with its task (Jaccard).
+    Entries may name their task's ``family`` (:meth:`~envs.base.TextEnv.family`); with
+    ``family`` (the env's) a task is matched among the entries of its own family when there
+    are any (EZPoints' deals share one instruction, and another family's lesson is wrong).
     ``allow_empty``: a self-written library may have no valid entry; every trajectory then
     gets an invalid hindsight (counted in ``writer/invalid_rate``)."""
 
     kind = "static"
 
-    def __init__(self, library: Sequence[dict], allow_empty: bool = False):
+    def __init__(self, library: Sequence[dict], allow_empty: bool = False,
+                 family: Callable[[Task], str | None] | None = None):
         if not library and not allow_empty:
             raise ValueError("static writer: the skill library is empty")
-        self.library = [(_words(e["instruction"]), e["skill"]) for e in library]
+        self.library = [(_words(e["instruction"]), e["skill"], e.get("family")) for e in library]
         self.entries = [dict(e) for e in library]
+        self.family = family
         self.metrics: dict[str, float] = {}
 
     def retrieve(self, task: Task) -> str:
         if not self.library:
             return ""
         words = _words(task.instruction)
-        best = max(self.library, key=lambda e: len(words & e[0]) / max(1, len(words | e[0])))
+        own = self.family(task) if self.family is not None else None
+        entries = [e for e in self.library if own is not None and e[2] == own] or self.library
+        best = max(entries, key=lambda e: len(words & e[0]) / max(1, len(words | e[0])))
         return best[1]
 
     def write(self, trajectories, seed=None):
@@ -216,19 +223,28 @@ def build_library(make_env: Callable[[], TextEnv], tasks: Sequence[Task]) -> lis
     oracle, env = Oracle(make_env), make_env()
     act = expert_policy(0.0, seed="library")
     return [
-        {"instruction": t.instruction, "skill": oracle.write(run_episode(env, t, act)).positive_skill}
+        {"instruction": t.instruction, "skill": oracle.write(run_episode(env, t, act)).positive_skill,
+         **_family_of(env.family, t)}
         for t in tasks
     ]
 
 
-def library_from(trajectories: Sequence[Trajectory], hindsights: Sequence[Hindsight]) -> list[dict]:
+def _family_of(family: Callable[[Task], str | None] | None, task: Task) -> dict:
+    """``{"family": ...}`` of a library entry of ``task`` when it has one, else ``{}``."""
+    found = family(task) if family is not None else None
+    return {} if found is None else {"family": found}
+
+
+def library_from(trajectories: Sequence[Trajectory], hindsights: Sequence[Hindsight],
+                 family: Callable[[Task], str | None] | None = None) -> list[dict]:
     """Library entries of the trajectories whose hindsight is valid (one per task: the
-    first valid one)."""
+    first valid one), with their task's ``family`` where it has one."""
     entries, seen = [], set()
     for traj, h in zip(trajectories, hindsights):
         if h.valid and h.positive_skill and traj.task.id not in seen:
             seen.add(traj.task.id)
-            entries.append({"instruction": traj.task.instruction, "skill": h.positive_skill})
+            entries.append({"instruction": traj.task.instruction, "skill": h.positive_skill,
+                            **_family_of(family, traj.task)})
     return entries
 
 

@@ -228,9 +228,9 @@ def build_components(cfg: RunConfig, init_from: str | None = None) -> Components
                                        max_model_len=engine_length(cfg)),
                   train_tasks=train_tasks)
     if cfg.writer.library and (spec.rollout_skill or spec.eval_skill or cfg.writer.kind == "static"):
-        ctx.library = StaticWriter(load_library(cfg.writer.library))
+        ctx.library = StaticWriter(load_library(cfg.writer.library), family=prompt_env.family)
     elif spec.rollout_skill or spec.eval_skill or (cfg.writer.kind == "static" and spec.library == "oracle"):
-        ctx.library = StaticWriter(build_library(make_env, train_tasks[-LIBRARY_TASKS:]))
+        ctx.library = StaticWriter(build_library(make_env, train_tasks[-LIBRARY_TASKS:]), family=prompt_env.family)
     # spec.library == "self": written by the policy after the SFT stages (start_rl)
     if "privileged" in spec.skills:
         ctx.privileged = PrivilegedContext(make_env)
@@ -273,7 +273,7 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
     cfg = ctx.cfg
     path = Path(cfg.output.dir) / SELF_LIBRARY
     if resume is not None and path.exists():
-        library = StaticWriter(load_library(str(path)), allow_empty=True)
+        library = StaticWriter(load_library(str(path)), allow_empty=True, family=ctx.prompt_env.family)
         library.metrics = {"library/size": float(len(library.entries))}
         return library
     tasks = ctx.train_tasks[-LIBRARY_TASKS:]
@@ -282,11 +282,11 @@ def self_library(ctx: Components, resume: Path | None = None) -> StaticWriter:
         trajectories, _ = collect(ctx.make_env, tasks, ctx.builder, ctx.backend, sampling,
                                   seed=request_seed("library", cfg.seed))
         hindsights = policy_writer(ctx).write(trajectories, seed=request_seed("library-write", cfg.seed))
-    entries = broadcast_object(library_from(trajectories, hindsights))  # data parallel: rank 0's
+    entries = broadcast_object(library_from(trajectories, hindsights, ctx.prompt_env.family))  # rank 0's
     if is_main():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(entries, indent=1) + "\n")
-    library = StaticWriter(entries, allow_empty=True)
+    library = StaticWriter(entries, allow_empty=True, family=ctx.prompt_env.family)
     library.metrics = {"library/size": float(len(entries)),
                        "library/valid_rate": sum(h.valid for h in hindsights) / max(1, len(hindsights))}
     return library

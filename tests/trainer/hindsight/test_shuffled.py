@@ -1,5 +1,7 @@
-"""The shuffled-skills control (opd_only_shuffled, issue 44): every trajectory's teacher reads a
-hindsight the oracle wrote on a trajectory of the other family, never its own family's."""
+"""Task families in the writers (issue 44): the shuffled-skills control (opd_only_shuffled) gives
+every trajectory's teacher a hindsight the oracle wrote on a trajectory of the other family,
+never its own family's; a static library (Skill-Prompt, Skill-GRPO, the static ablations)
+retrieves within the task's own family."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from envs.household.env import HouseholdEnv
 from trainer.algos import get_method
 from trainer.episodes.samples import Trajectory
 from trainer.hindsight.shuffled import ShuffledSkills
-from trainer.hindsight.writers import OracleWriter
+from trainer.hindsight.writers import OracleWriter, StaticWriter, build_library, library_from
 
 
 def trajectories(env, tasks) -> list[Trajectory]:
@@ -66,3 +68,21 @@ def test_without_families_each_task_is_its_own_family():
     for i, given in enumerate(out):
         assert given.valid and given.positive_skill != own[i].positive_skill
         assert given.positive_skill in {h.positive_skill for j, h in enumerate(own) if j != i}
+
+
+def test_a_static_library_retrieves_within_the_tasks_family():
+    """Every EZPoints deal has the same instruction, so word overlap alone hands a suit deal
+    whichever entry comes first; with families it gets its own family's lesson."""
+    env = suit_env()
+    tasks = env.panel("train")[-8:]
+    entries = build_library(suit_env, tasks)
+    assert {e["family"] for e in entries} == {"sum", "product"}
+    library = StaticWriter(entries, family=env.family)
+    for task in env.panel("eval")[:20]:
+        assert lesson_operator(library.retrieve(task)) == OPERATOR[env.family(task)]
+    blind = StaticWriter(entries)  # no family: the first best overlap, one lesson for every deal
+    assert len({lesson_operator(blind.retrieve(t)) for t in env.panel("eval")[:20]}) == 1
+    trajs = trajectories(env, tasks[:2])
+    written = library_from(trajs, OracleWriter(suit_env).write(trajs), env.family)
+    assert [e["family"] for e in written] == [env.family(t) for t in tasks[:2]]
+    assert "family" not in build_library(EZPointsEnv, EZPointsEnv().panel("train")[:1])[0]
