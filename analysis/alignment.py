@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from analysis.diagnostics import POLARITIES, REGIONS, Skipped, _need, _scope
+from analysis.diagnostics import POLARITIES, REGIONS, Skipped, batch_scope, need_columns
 from analysis.ranks import cluster_spearman_ci, spearman
 
 STEP_ADV_COLUMNS = ("task_id", "state_key", "action", "return")
@@ -55,10 +55,10 @@ def step_advantages(records: pd.DataFrame, mode: str = "etro") -> pd.DataFrame |
     name = "step_advantages"
     if mode not in ADVANTAGE_MODES:
         raise ValueError(f"mode={mode!r}; valid: {list(ADVANTAGE_MODES)}")
-    skip = _need(records, STEP_ADV_COLUMNS, name)
+    skip = need_columns(records, STEP_ADV_COLUMNS, name)
     if skip:
         return skip
-    anchor = [*_scope(records), "task_id", "state_key"]
+    anchor = [*batch_scope(records), "task_id", "state_key"]
     if mode != "etro":
         return _gigpo_advantages(records, anchor, mode == "gigpo_std")
     grouped = records.groupby(anchor, sort=False, dropna=False)
@@ -93,7 +93,7 @@ def _verl_agent_returns(records: pd.DataFrame) -> pd.Series:
     reward = records["reward"].astype(float)
     penalty, outcome = reward.clip(upper=0.0), reward.clip(lower=0.0)
     result = pd.Series(0.0, index=records.index)
-    for _, part in records.assign(_o=outcome).groupby([*_scope(records), "traj"], sort=False):
+    for _, part in records.assign(_o=outcome).groupby([*batch_scope(records), "traj"], sort=False):
         running = 0.0
         for i in part.sort_values("turn").index[::-1]:
             running = part.at[i, "_o"] + GAMMA * running
@@ -129,7 +129,7 @@ def regional_alignment(records: pd.DataFrame, *, n_boot: int = 1000, confidence:
     says nothing of the actions taken on one task.
     """
     name = "regional_alignment"
-    skip = _need(records, [*STEP_ADV_COLUMNS, "traj", "turn", "success", "error_turn_writer",
+    skip = need_columns(records, [*STEP_ADV_COLUMNS, "traj", "turn", "success", "error_turn_writer",
                            *POLARITIES], name)
     if skip:
         return skip
@@ -140,7 +140,7 @@ def regional_alignment(records: pd.DataFrame, *, n_boot: int = 1000, confidence:
     if failed.empty:
         return Skipped(name, "no kept turns of failed trajectories with a writer boundary")
     failed = failed.assign(region=error_regions(failed))
-    cluster, task = [*_scope(failed), "traj"], [*_scope(failed), "task_id"]
+    cluster, task = [*batch_scope(failed), "traj"], [*batch_scope(failed), "task_id"]
     rows = []
     for region in REGIONS:
         part = failed[failed["region"] == region]
@@ -193,7 +193,7 @@ def delta_profile(records: pd.DataFrame) -> pd.DataFrame | Skipped:
     peak at offset 0; one that moves the first turn alone shows it at turn 0.
     """
     name = "delta_profile"
-    skip = _need(records, ["turn", "success", "error_turn_writer", *POLARITIES], name)
+    skip = need_columns(records, ["turn", "success", "error_turn_writer", *POLARITIES], name)
     if skip:
         return skip
     failed = records[~records["success"].astype(bool) & (records["error_turn_writer"] >= 0)]
@@ -228,7 +228,7 @@ def gate_over_beta(records: pd.DataFrame, betas: Sequence[float], *, by: Sequenc
     the records have no ``gate_mean`` or ``beta_run`` is not in ``betas``).
     """
     name = "gate_over_beta"
-    skip = _need(records, [*by, "delta_pos"], name)
+    skip = need_columns(records, [*by, "delta_pos"], name)
     if skip:
         return skip
     scored = records[np.isfinite(records["delta_pos"].to_numpy(float))]

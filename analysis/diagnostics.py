@@ -43,7 +43,7 @@ class Skipped:
     reason: str
 
 
-def _need(frame: pd.DataFrame | None, columns: Sequence[str], name: str) -> Skipped | None:
+def need_columns(frame: pd.DataFrame | None, columns: Sequence[str], name: str) -> Skipped | None:
     """A Skipped naming the missing columns (or the empty frame), else None."""
     if frame is None or frame.empty:
         return Skipped(name, "no rows in the input frame")
@@ -53,7 +53,7 @@ def _need(frame: pd.DataFrame | None, columns: Sequence[str], name: str) -> Skip
     return None
 
 
-def _scope(records: pd.DataFrame) -> list[str]:
+def batch_scope(records: pd.DataFrame) -> list[str]:
     """Columns that identify one training batch: run, step and split when present."""
     return [c for c in (_RUN_KEY, "step", "split") if c in records.columns]
 
@@ -83,7 +83,7 @@ def gate_sensitivity(runs: pd.DataFrame, metric: str, *, param: str = "algo.beta
     CI over seeds. Skipped when the param or metric is absent or the study never varies it.
     """
     name = f"gate_sensitivity[{param}]"
-    skip = _need(runs, [*by, param, metric], name)
+    skip = need_columns(runs, [*by, param, metric], name)
     if skip:
         return skip
     if runs[metric].isna().all():
@@ -125,7 +125,7 @@ def gate_by_region(records: pd.DataFrame, *,
     no turn has one.
     """
     name = "gate_by_region"
-    skip = _need(records, [*by, *GATE_QUANTITIES, "region"], name)
+    skip = need_columns(records, [*by, *GATE_QUANTITIES, "region"], name)
     if skip:
         return skip
     scored = records[np.isfinite(records["gate_mean"].to_numpy(float))]
@@ -179,13 +179,13 @@ def value_alignment(records: pd.DataFrame, *,
     actions at the same context as Eq. 8 does (NaN when no state repeats).
     """
     name = "value_alignment"
-    skip = _need(records, [*by, "gate_mean", "return", "task_id", "state_key"], name)
+    skip = need_columns(records, [*by, "gate_mean", "return", "task_id", "state_key"], name)
     if skip:
         return skip
     scored = records.dropna(subset=["gate_mean", "return"])
     if scored.empty:
         return Skipped(name, "no turn has a gate (gate_mean is NaN everywhere)")
-    anchor = [*_scope(scored), "task_id", "state_key"]
+    anchor = [*batch_scope(scored), "task_id", "state_key"]
     centred = scored[["gate_mean", "return"]] - scored.groupby(anchor)[
         ["gate_mean", "return"]].transform("mean")
     repeated = scored.groupby(anchor)["return"].transform("size") > 1
@@ -240,7 +240,7 @@ def staleness(runs: pd.DataFrame, records: pd.DataFrame, *, delta: str = "delta_
     this measures staleness plus policy divergence; Eq. 14 holds the policy fixed.
     """
     name = "staleness"
-    skip = _need(runs, [_RUN_KEY, refresh, "method", *STALENESS_PAIR], name) or _need(
+    skip = need_columns(runs, [_RUN_KEY, refresh, "method", *STALENESS_PAIR], name) or need_columns(
         records, [_RUN_KEY, "step", "task_id", "state_key", "action", delta], name)
     if skip:
         return skip
@@ -268,7 +268,7 @@ def staleness(runs: pd.DataFrame, records: pd.DataFrame, *, delta: str = "delta_
 
 def _turn_deltas(records: pd.DataFrame, delta: str) -> pd.DataFrame:
     """Mean ``delta`` per (run, step, split, task_id, state_key, action) occurrence."""
-    keys = [*_scope(records), "task_id", "state_key", "action"]
+    keys = [*batch_scope(records), "task_id", "state_key", "action"]
     return records.dropna(subset=[delta]).groupby(keys, as_index=False)[delta].mean()
 
 
@@ -303,10 +303,10 @@ def writer_reliability(records: pd.DataFrame, *,
     an environment without privileged error labels).
     """
     name = "writer_reliability"
-    skip = _need(records, [*by, "traj", "success", "error_turn_writer", "error_turn_true"], name)
+    skip = need_columns(records, [*by, "traj", "success", "error_turn_writer", "error_turn_true"], name)
     if skip:
         return skip
-    traj = records.drop_duplicates([*_scope(records), "traj"])
+    traj = records.drop_duplicates([*batch_scope(records), "traj"])
     traj = traj[~traj["success"].astype(bool)]
     if not (traj["error_turn_true"] >= 0).any():
         return Skipped(name, "no failed trajectory has a ground-truth error turn")
@@ -344,7 +344,7 @@ def compute_cost(runs: pd.DataFrame, *, baseline: str = "grpo",
     name = "compute_cost"
     columns = [f"time/{p}_s/sum" for p in PHASES]
     present = [c for c in columns if c in runs.columns] if runs is not None else []
-    skip = _need(runs, [*by, "method"], name)
+    skip = need_columns(runs, [*by, "method"], name)
     if skip or not present:
         return skip or Skipped(name, "runs carry no time/<phase>_s metrics")
     times = runs[[*by, "method"]].copy()

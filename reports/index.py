@@ -43,6 +43,7 @@ FIGURES: dict[str, Callable[..., list[Path] | Skipped]] = {
     "training_curves": figures.training_curves,
     "gate_curves": figures.gate_curves,
     "regional_alignment": figures.regional_alignment,
+    "delta_profile": figures.delta_profile,
     "compute_cost": figures.compute_cost,
 }
 

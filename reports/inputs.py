@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -216,7 +217,9 @@ def evaluation_curves(runs: pd.DataFrame, histories: pd.DataFrame,
 def _diagnostics(runs, records, n_boot, seed) -> dict[str, pd.DataFrame | Skipped]:
     return {
         "gate_curves": _gates(runs, records, n_boot, seed),
-        "regional_alignment": _alignment_by_method(runs, records, seed),
+        "regional_alignment": _by_method(partial(alignment.regional_alignment, seed=seed),
+                                         "regional_alignment", runs, records),
+        "delta_profile": _by_method(alignment.delta_profile, "delta_profile", runs, records),
         "compute_cost": _cost_by_row(runs),
     }
 
@@ -252,15 +255,15 @@ def _cost_by_row(runs: pd.DataFrame) -> pd.DataFrame | Skipped:
     return diagnostics.compute_cost(rows, baseline=grpo[0] if len(grpo) == 1 else COST_BASELINE)
 
 
-def _alignment_by_method(runs, records, seed) -> pd.DataFrame | Skipped:
-    """Regional alignment per method (records joined to runs on run_id), rows concatenated."""
-    name = "regional_alignment"
+def _by_method(compute, name: str, runs, records) -> pd.DataFrame | Skipped:
+    """``compute(records)`` per method (records joined to runs on run_id), rows concatenated
+    with a ``method`` column; the Skipped reasons joined when no method has a frame."""
     if records is None or records.empty or "run_id" not in records.columns:
         return Skipped(name, "no per-turn records were given")
     joined = records.merge(runs[["run_id", "method"]], on="run_id", how="inner")
     parts, reasons = [], []
     for method, part in joined.groupby("method", sort=True):
-        result = alignment.regional_alignment(part.drop(columns="method"), seed=seed)
+        result = compute(part.drop(columns="method"))
         if isinstance(result, Skipped):
             reasons.append(f"{method}: {result.reason}")
         else:

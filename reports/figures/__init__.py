@@ -14,7 +14,8 @@ explains what is missing.
   (SEED Eq. 1).
 * :mod:`.alignment` -- :func:`regional_alignment`: Spearman rho of delta_pos / delta_neg
   with GiGPO step advantages per region (prefix / error / suffix) with cluster-bootstrap
-  CIs (ETRO Fig. 1).
+  CIs (ETRO Fig. 1); :func:`delta_profile`: mean |Delta| by turn and by offset from the
+  diagnosed error (where a skill lands).
 * :mod:`.cost` -- :func:`compute_cost`: stacked wall time per phase per method, overhead vs
   GRPO.
 * :mod:`.studies` -- :func:`sensitivity`: a sensitivity study as a curve, a heatmap or a
@@ -24,7 +25,7 @@ explains what is missing.
 The figure functions are imported here, so ``reports.figures.<name>`` names each of them.
 """
 
-from reports.figures.alignment import regional_alignment
+from reports.figures.alignment import delta_profile, regional_alignment
 from reports.figures.cost import compute_cost
 from reports.figures.curves import evaluation_curves, performance_profiles, training_curves
 from reports.figures.gate import gate_curves, gate_sensitivity

@@ -80,3 +80,35 @@ def alignment_figure(alignment: pd.DataFrame) -> Figure:
         fig.set_figheight(fig.get_figheight() + 0.13 * len(notes))
         fig.supxlabel("\n".join(notes), fontsize=6, x=0.01, ha="left")
     return fig
+
+
+def delta_profile(profile: pd.DataFrame | Skipped, stem: str | Path) -> list[Path] | Skipped:
+    """Where each skill moves the played tokens: mean |Delta| (nats a token, turn means) by turn
+    index, one line per polarity, one panel per method; the offset view (turns from the
+    writer's boundary, 0 = the diagnosed error) dashed. A skill whose peak sits at turn 0 and
+    not at offset 0 moves the first token, not the decisive one.
+
+    ``profile``: :func:`analysis.alignment.delta_profile` output (axis, position, polarity,
+    n_turns, mean_abs), optionally with a ``method`` column.
+    """
+    skip = check_frame(profile, ["axis", "position", "polarity", "n_turns", "mean_abs"], "delta_profile")
+    if skip:
+        return skip
+    frame = profile if "method" in profile.columns else profile.assign(method="all runs")
+    methods = sorted(frame["method"].unique())
+    fig, axes = panel_grid(len(methods))
+    for ax, method in zip(axes, methods):
+        part = frame[frame["method"] == method]
+        for i, polarity in enumerate(POLARITIES):
+            for axis, style in (("turn", "-o"), ("offset", "--s")):
+                line = part[(part["polarity"] == polarity) & (part["axis"] == axis)].sort_values("position")
+                if len(line):
+                    ax.plot(line["position"], line["mean_abs"], style, color=f"C{i}", markersize=3,
+                            label=f"{POLARITY_LABELS.get(polarity, polarity)}, by {axis}")
+        ax.axvline(0.0, color="grey", linewidth=0.5)
+        ax.set_xlabel("turn (solid) or turns from the diagnosed error (dashed)")
+        ax.set_ylabel("mean |Δ| (nats a token)")
+        ax.set_title(row_label(method), fontsize=9)
+        ax.legend(fontsize=6)
+    fig.suptitle("Where the skill moves the played tokens", fontsize=10)
+    return save(fig, stem)

@@ -113,6 +113,15 @@ def test_an_undefined_alignment_is_drawn_as_na_with_its_reason_never_a_bar():
     assert note.count("between tasks only") == 2
 
 
+def test_delta_profile(tmp_path):
+    rows = [("turn", t, p, 10, 0.3 / (1 + t)) for t in range(3) for p in ("delta_pos", "delta_neg")]
+    rows += [("offset", o, "delta_neg", 5, 0.05) for o in (-1, 0, 1)]
+    frame = pd.DataFrame(rows, columns=["axis", "position", "polarity", "n_turns", "mean_abs"])
+    stem = tmp_path / "profile"
+    _assert_written(figures.delta_profile(frame.assign(method="seed"), stem), stem)
+    assert "lacks columns" in figures.delta_profile(frame.drop(columns="mean_abs"), stem).reason
+
+
 def test_compute_cost(tmp_path):
     runs = fake_cost(fake_runs({"grpo": 0.5, "etro": 0.8}, envs=("shop",), seeds=(0, 1)))
     cost = diagnostics.compute_cost(runs)

@@ -64,7 +64,7 @@ def test_from_frames_joins_methods_and_computes_diagnostics():
     assert set(inputs.histories["env"]) == {"shop"}
     frames = inputs.figure_frames()
     assert set(frames) == {"training_curves", "evaluation_curves", "gate_curves",
-                           "regional_alignment", "compute_cost"}
+                           "regional_alignment", "delta_profile", "compute_cost"}
     assert "no per-turn records" in frames["regional_alignment"].reason
     assert "no method varies" in inputs.sensitivity.reason
     assert sorted(frames["gate_curves"].formula["beta"].unique()) == [5.0]
@@ -149,3 +149,4 @@ def test_the_report_recovers_planted_alignment_signs_and_says_na(tmp_path):
         assert "| n/a |" in rows[("suffix", gap)] and "outcome is settled" in rows[("suffix", gap)]
     index = (out / "index.md").read_text()
     assert "tables/regional_alignment.md" in index and "outcome is settled" in index
+    assert "figures/delta_profile.png" in index  # where the skills land, beside it

@@ -14,7 +14,10 @@ failure prints. ``figures/training_curves`` was re-recorded at 0c5f55a, whose su
 says that rates are clipped to [0, 1] (issue 28, item 3); the report's table list, ordering and
 colours at the commit that added the ``seed_writer`` table and put ``seed_stale`` and
 ``seed_constrained`` into the method order; every table's caption and sidecar at the commit
-that added each comparison's minimum detectable effect (issue 45: ``mde_vs_baseline``).
+that added each comparison's minimum detectable effect (issue 45: ``mde_vs_baseline``); the
+regional alignment figure, ``index.*`` and the new ``tables/regional_alignment.md`` and
+``figures/delta_profile`` at the commit that drew an undefined rho as n/a and added where the
+skill lands (issue 43).
 """
 
 from __future__ import annotations
@@ -36,22 +39,24 @@ WHEN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d")
 PNG = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
 EXPECTED = {
     "figures/compute_cost": "27bb273e9ec50319",
+    "figures/delta_profile": "f230ec98ba91afd4",
     "figures/evaluation_curves": "4957be67e2d9592b",
     "figures/gate_curves": "d636cdfa37162a78",
     "figures/performance_profiles": "3426c1664f2ae06b",
-    "figures/regional_alignment": "275d0cfd852526d2",
+    "figures/regional_alignment": "b0bd72796f681407",
     "figures/sensitivity_etro_suffix_negative": "7ca416874c4ed00e",
     "figures/sensitivity_etro_suffix_positive": "a55416e2a63f25d1",
     "figures/sensitivity_seed": "2f6abe10719ea338",
     "figures/training_curves": "a8fd18696799bd7c",
-    "index.html": "e4bca0dd96ec0975",
-    "index.md": "3e3db51a9b0f4d31",
+    "index.html": "cb0182ac8655bed9",
+    "index.md": "d4253d110f770bc2",
     "tables/aggregates.json": "c603837e976348a3",
     "tables/aggregates.md": "f76ddd7b96ebe047",
     "tables/aggregates.tex": "130386acee745c39",
     "tables/compute_cost.json": "c6bfc08cca2ce6ae",
     "tables/compute_cost.md": "5e26fda6c45441b6",
     "tables/compute_cost.tex": "260d0998e29ac7a7",
+    "tables/regional_alignment.md": "4cfe983f3894f362",
     "tables/etro_alpha.json": "f1304cb993138493",
     "tables/etro_alpha.md": "59446183c4b258ca",
     "tables/etro_alpha.tex": "d1b50042fbf78e79",
