@@ -42,13 +42,16 @@ def thresholded_seed(inputs: LossInputs, cfg: AlgoConfig) -> tuple[torch.Tensor,
     aggregation over ``inputs.mask``, as ``algo.loss_agg`` says)."""
     if inputs.logp_teacher is None:
         raise ValueError("OPD loss 'seed_tau' needs LossInputs.logp_teacher ([B, T]); it is None")
-    moved = moved_tokens(inputs, TAU)
-    frac = (moved.sum() / inputs.mask.bool().sum().clamp(min=1)).item()
+    moved, mask = moved_tokens(inputs, TAU), inputs.mask.bool()
+    opd = mask if inputs.opd_mask is None else inputs.opd_mask.bool() & mask
+    shares = {"opd/token_frac": (moved.sum() / mask.sum().clamp(min=1)).item(),
+              # of the tokens SEED would distil, the share the skill moves by TAU or more
+              "opd/moved_frac": (moved.sum() / opd.sum().clamp(min=1)).item()}
     if not moved.any():
-        return inputs.logp.sum() * 0.0, {"opd/token_frac": 0.0}
+        return inputs.logp.sum() * 0.0, shares
     loss, metrics = seed_opd_loss(inputs.logp, inputs.logp_teacher, moved, cfg.beta_opd, agg=cfg.loss_agg,
-                                  agg_mask=inputs.mask.bool(), weights=inputs.agg_weights)
-    return loss, {**{f"opd/{k}": v for k, v in metrics.items()}, "opd/token_frac": frac}
+                                  agg_mask=mask, weights=inputs.agg_weights)
+    return loss, {**{f"opd/{k}": v for k, v in metrics.items()}, **shares}
 
 
 register_method(dataclasses.replace(

@@ -19,7 +19,9 @@ from support.plugins import CODEPAGE, SEED_TAU, isolated_registries
 from trainer import algos, plugins
 from trainer.algos import LossInputs, methods
 from trainer.config import AlgoConfig, ConfigError, RunConfig, apply_overrides
+from trainer.run.loop import train
 from trainer.run.resolve import load_config, resolve
+from trainer.run.store import make_client
 from trainer.run.tracking import cell_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +170,7 @@ def test_seed_tau_is_seed_on_the_tokens_the_skill_moves():
     kept = LossInputs(**{**inputs.__dict__, "opd_mask": torch.tensor([[False, True, True, False]])})
     want, _ = seed(kept, cfg)
     assert torch.allclose(loss, want) and metrics["opd/token_frac"] == pytest.approx(2 / 3)
+    assert metrics["opd/moved_frac"] == pytest.approx(2 / 3)  # no opd_mask: every valid token
     loss.backward()
     assert inputs.logp.grad[0, 0] == 0 and inputs.logp.grad[0, 1] != 0
     none, metrics = ours(tau_inputs([0.1, -0.2, 0.3, 3.0]), cfg)
@@ -197,3 +200,29 @@ def test_methods_source_of_a_plugin_method_is_its_file_and_line():
     plugins.load_plugins([str(SEED_TAU)])
     file, line = methods.METHOD_SOURCES["seed_tau"]
     assert Path(file) == SEED_TAU and "register_method(" in SEED_TAU.read_text().splitlines()[line - 1]
+
+
+def test_the_plugin_method_trains_one_step_on_the_plugin_env(tmp_path):
+    """seed_tau on codepage through the trainer: warm start, Stage 1, one RL step with the
+    plugin's OPD loss; the run logs the plugins' hashes and the loss's own metric."""
+    path = write_config(
+        tmp_path, plugins=[str(SEED_TAU), str(CODEPAGE)],
+        model={"backbone": "tiny", "device": "cpu", "max_prompt_tokens": 512,
+               "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+                        "intermediate_size": 64, "vocab_size": 600}},
+        env={"name": "codepage", "max_turns": 3, "context": "full"},
+        rollout={"group_size": 2, "tasks_per_step": 1, "max_new_tokens": 12},
+        writer={"max_new_tokens": 16, "max_skill_tokens": 64},
+        algo={"method": "seed_tau", "lr": 0.001},
+        stages={"warm_start": {"episodes": 4, "epochs": 1, "batch_size": 8, "cache": False},
+                "skill_sft": {"tasks": 1, "rollouts_per_task": 1, "epochs": 1, "writer_panel": 0},
+                "rl": {"steps": 1}},
+        eval={"every": 0, "max_tasks": 1}, output={"dir": str(tmp_path / "out"), "checkpoint_every": 0},
+        tracking={"uri": f"sqlite:///{tmp_path / 'mlruns.db'}"})
+    cfg = load_config(path)
+    result = train(cfg, progress=False)
+    run = make_client(cfg.tracking.uri).get_run(result.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["method"] == "seed_tau"
+    assert run.data.params["plugins.sha"] == (f"seed_tau.py:{plugins.source_sha(SEED_TAU)},"
+                                              f"codepage:{plugins.source_sha(CODEPAGE)}")
+    assert "opd/moved_frac" in run.data.metrics and run.data.tags["env"] == "codepage"  # seed_tau's own
