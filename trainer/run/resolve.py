@@ -175,6 +175,9 @@ def resolve(cfg: RunConfig) -> RunConfig:
                           f"stages.skill_sft.replay=0")
     _check_backbone(out)
     _check_teacher(out, spec)
+    if out.tracking.gradient_parts and out.parallel.workers > 1:
+        raise ConfigError(f"tracking.gradient_parts: measures one process's gradients, but "
+                          f"parallel.workers is {out.parallel.workers}; set parallel.workers=1")
     return out
 
 

@@ -347,6 +347,9 @@ def test_env_factory_passes_level_and_switch_to_the_env():
     with pytest.raises(ConfigError, match=r"env.level: 'odd' is not a level of ezpoints; valid: full, sum, "
                                           r"product, suit"):
         resolve(apply_overrides(RunConfig(), ["env.name=ezpoints", "env.level=odd"]))
+    with pytest.raises(ConfigError, match=r"^env.level: 'suit' is a rule of the face-down card; it needs "
+                                          r"env.hidden_cards: 1, got 0$"):  # before any env is built
+        resolve(apply_overrides(RunConfig(), ["env.name=ezpoints", "env.level=suit"]))
 
     env = env_factory(resolve(apply_overrides(RunConfig(), ["env.level=small", "env.show_admissible=false"])))()
     assert (env.level, env.show_admissible) == ("small", False)
@@ -388,3 +391,12 @@ def test_teacher_current_is_refused_where_delta_feeds_the_advantages():
             resolve(cfg)
     seed = apply_overrides(RunConfig(), {"algo.method": "seed", "algo.teacher": "old"})
     assert resolve(seed).algo.teacher == "old"
+
+
+def test_gradient_parts_is_for_one_process():
+    one = resolve(apply_overrides(RunConfig(), ["algo.method=seed", "tracking.gradient_parts=true"]))
+    assert one.tracking.gradient_parts
+    with pytest.raises(ConfigError, match="tracking.gradient_parts: measures one process's gradients, "
+                                          "but parallel.workers is 2; set parallel.workers=1"):
+        resolve(apply_overrides(RunConfig(), ["tracking.gradient_parts=true", "parallel.workers=2",
+                                              "rollout.tasks_per_step=4"]))
