@@ -274,6 +274,12 @@ class TextEnv(abc.ABC):
         if task.env != self.name:
             raise ValueError(f"task {task.id!r} belongs to env {task.env!r}, not {self.name!r}")
 
+    @classmethod
+    def check_options(cls, **options) -> None:
+        """Raise a one-line ``ValueError`` when ``options`` (:func:`envs.make`'s keywords) do not
+        go together; a config's resolution calls it before any env is built.  Default: none."""
+        return None
+
     def family(self, task: Task) -> str | None:
         """The family of tasks that ``task`` shares a lesson with: a hindsight written on one
         task of a family holds on the others (EZPoints' deck rules), and one of another family

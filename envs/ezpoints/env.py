@@ -115,7 +115,7 @@ class EZPointsEnv(TextEnv):
         (0 or 1); ``level``: the deck, ``full`` or a deck rule (module docstring)."""
         if hidden_cards not in (0, 1):
             raise ValueError(f"env.hidden_cards: {hidden_cards!r} is not valid; valid: 0, 1")
-        check_level(level, hidden_cards)
+        self.check_options(level=level, hidden_cards=hidden_cards)
         self.level = level
         super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
         self.hidden_cards = hidden_cards
@@ -134,6 +134,11 @@ class EZPointsEnv(TextEnv):
     def panel(self, split: str) -> list[Task]:
         self.check_split(split)
         return list(panel(split) if self.level == "full" else rule_panel(split, self.level))
+
+    @classmethod
+    def check_options(cls, level: str = "full", hidden_cards: int = 0, **options) -> None:
+        """A deck rule needs the face-down card (:func:`~envs.ezpoints.rules.check_level`)."""
+        check_level(level, hidden_cards)
 
     def family(self, task: Task) -> str | None:
         """Under a deck rule the task's family (``sum`` or ``product``): the deals whose

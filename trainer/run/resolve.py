@@ -83,6 +83,11 @@ def check_registered(cfg: RunConfig) -> None:
         with_hidden = [n for n in envs.names() if envs.has_option(n, "hidden_cards")]
         raise ConfigError(f"env.hidden_cards: {cfg.env.name} deals no cards face down; envs with "
                           f"hidden cards: {', '.join(with_hidden)}")
+    try:  # the env's own rules for its options together (ezpoints: a deck rule needs hidden_cards 1)
+        envs.env_class(cfg.env.name).check_options(**envs.env_options(
+            cfg.env.name, cfg.env.level, hidden_cards=cfg.env.hidden_cards))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     text_only = is_builtin_backbone(cfg.model.backbone) and cfg.model.backbone != TINY_VL_BACKBONE
     if cfg.env.images and text_only:
         raise ConfigError(f"model.backbone: {cfg.model.backbone!r} reads text only; env.images needs "
