@@ -15,10 +15,13 @@ import yaml
 import envs
 from envs.base import demo_policy, expert_policy, run_episode
 from envs.oracle import Oracle
+from support.chat import FakeChat
 from support.plugins import CODEPAGE, SEED_TAU, isolated_registries
 from trainer import algos, plugins
 from trainer.algos import LossInputs, methods
 from trainer.config import AlgoConfig, ConfigError, RunConfig, apply_overrides
+from trainer.episodes.samples import Trajectory
+from trainer.hindsight.writers import ExternalWriter
 from trainer.run.loop import train
 from trainer.run.resolve import load_config, resolve
 from trainer.run.store import make_client
@@ -226,3 +229,43 @@ def test_the_plugin_method_trains_one_step_on_the_plugin_env(tmp_path):
     assert run.data.params["plugins.sha"] == (f"seed_tau.py:{plugins.source_sha(SEED_TAU)},"
                                               f"codepage:{plugins.source_sha(CODEPAGE)}")
     assert "opd/moved_frac" in run.data.metrics and run.data.tags["env"] == "codepage"  # seed_tau's own
+
+
+JSON_PROMPT = '''import json
+from trainer.plugins import Hindsight, WriterPrompt, register_writer_prompt
+
+def prompt(domain, episode, max_observation_chars, placeholders):
+    return [{"role": "user", "content": f"JSON hindsight for: {episode.task.instruction}"}]
+
+def parse(text, num_turns):
+    try:
+        return Hindsight(json.loads(text)["skill"], raw=text)
+    except (ValueError, KeyError, TypeError):
+        return Hindsight("", valid=False, raw=text)
+
+def target(hindsight):
+    return json.dumps({"skill": hindsight.positive_skill})
+
+register_writer_prompt("json", WriterPrompt(prompt, parse, target))
+'''
+
+
+def test_a_plugin_writer_prompt_is_what_the_writer_asks_and_parses(tmp_path):
+    (tmp_path / "json_writer.py").write_text(JSON_PROMPT)
+    with FakeChat('{"skill": "run the tests first"}') as server:
+        path = write_config(tmp_path, plugins=["json_writer.py"], algo={"method": "etro"},
+                            writer={"kind": "external", "prompt": "json", "model": "m",
+                                    "endpoint": f"http://127.0.0.1:{server.server_port}/v1"})
+        cfg = resolve(load_config(path))
+        assert [p.name for p in plugins.used_plugins(cfg)] == ["json_writer.py"]
+        env = envs.make("household", level="small")
+        episode = run_episode(env, env.panel("train")[0], expert_policy())
+        trajectory = Trajectory(episode, [[1]] * len(episode.turns))
+        (hindsight,) = ExternalWriter("a household", cfg.writer).write([trajectory])
+    assert hindsight.valid and hindsight.positive_skill == "run the tests first"
+    (_, _, body), = server.requests
+    assert body["messages"][0]["content"].startswith("JSON hindsight for: ")
+    assert "writer.prompt: unknown writer prompt 'jsn'; did you mean 'json'?" in error_of(
+        load_config, path, ["writer.prompt=jsn"])
+    assert error_of(resolve, load_config(path, ["writer.kind=self", "writer.constrained=true"])).startswith(
+        "writer.constrained: the constrained template is the analyzer format's")
