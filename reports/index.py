@@ -22,6 +22,7 @@ from reports import diagnostic_tables, figures
 from reports.html import write_html
 from reports.inputs import BEST_K, COST_BASELINE, ReportInputs
 from reports.layouts import LAYOUTS
+from reports.plans import plan_lines
 from reports.style import method_labels, variant_label
 from reports.tables import (
     Provenance,
@@ -179,7 +180,7 @@ def _index_text(inputs: ReportInputs, provenance, written, tables, skipped, comm
                 out: Path, texts: dict[str, str]) -> str:
     lines = [f"# Report: {provenance.study}", "",
              f"- git sha: `{provenance.git_sha}`", f"- generated: {provenance.generated_at}",
-             *_run_counts(inputs), *_seed_warning(inputs.runs), "",
+             *_run_counts(inputs), *_seed_warning(inputs.runs), "", *plan_lines(inputs.seed_plan),
              "## Gain over the warm start", "",
              *diagnostic_tables.gain_lines(inputs.diagnostic_cells.get(
                  diagnostic_tables.GAIN.name, Skipped(diagnostic_tables.GAIN.name, "not computed"))),

@@ -43,6 +43,7 @@ from analysis.sensitivity import best_cells, importances, sensitivities
 from analysis.summaries import summarize_rows
 from reports.envs import FAMILY_ORDER, env_info, eval_split, task_family
 from reports.layouts import LAYOUTS, Layout, layout_rows, no_metric
+from reports.plans import PlanStatement
 from reports.prepared import FINAL_SUCCESS, prepare_runs, success_metrics, table_metrics
 from reports.style import variant_label
 
@@ -90,6 +91,8 @@ class ReportInputs:
     # analysis.aggregate.row_aggregates over every table column: (IQM / P(improvement)
     # per table row, performance profiles), or why there are none.
     aggregates: tuple[pd.DataFrame, pd.DataFrame] | Skipped | None = None
+    # A study run under a ``seeds:`` plan: its rule and each cell's n and decision.
+    seed_plan: PlanStatement | None = None
 
     @classmethod
     def from_frames(cls, runs: pd.DataFrame, *, histories: pd.DataFrame | None = None,

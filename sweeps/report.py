@@ -8,10 +8,12 @@ study's parent MLflow run.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from sweeps import sequential
 from sweeps.cli.errors import CommandError
-from sweeps.status import find_parent
+from sweeps.status import find_parent, study_children
 from sweeps.study import load_study
 from sweeps.trials import expand
 from trainer.run.store import git_sha, make_client, with_retry
@@ -49,6 +51,8 @@ def build_study_report(study_path: str, report_dir: str | None = None,
                                       external_csv=external, expected=_expected(study),
                                       ui_url=ui_url or None, cell_format=cells, ci=ci,
                                       search=study.search is not None, n_boot=n_boot)
+    if study.seeds_plan is not None:
+        inputs = replace(inputs, seed_plan=plan_statement(study))
     out_dir = Path(report_dir) if report_dir else study.out_dir / "report"
     index = build_report(inputs, out_dir, study.name, git_sha(),
                          regenerate=f"hindsight report {study_path}")
@@ -63,10 +67,27 @@ def build_study_report(study_path: str, report_dir: str | None = None,
 
 
 def _expected(study) -> int | None:
-    """Number of (cell, seed) trials the study defines (a search: trials x seeds)."""
+    """Number of (cell, seed) trials the study defines (a search: trials x seeds; a
+    ``seeds:`` plan: the pairs it has called for)."""
     if study.search is not None:
         return study.search.trials * study.search.seeds_per_trial
+    if study.seeds_plan is not None:
+        return len(sequential.round_trials(study, study_children(study)))
     return len(expand(study))
+
+
+def plan_statement(study):
+    """What the report says of the study's ``seeds:`` plan: the rule, and per cell the seeds
+    it ran and the decision of its last look (the rule's own round on the store's runs)."""
+    from reports.plans import PlanStatement  # deferred: with the report only
+
+    children = study_children(study)
+    metric = sequential.study_metric(study, children)
+    step = sequential.current_round(study, children)
+    ran = sequential.cell_values(children, metric)
+    return PlanStatement(sequential.rule_text(study), step.looks,
+                         {c: len(ran.get(c, {})) for c in step.targets},
+                         sequential.comparisons(study), sequential.cell_labels(study))
 
 
 def _log_on_parent(study, out_dir: Path) -> bool:
