@@ -24,3 +24,16 @@ def test_it_prints_the_calibration_and_a_replay_that_agrees(capsys):
     replay = [line for line in out.splitlines() if line.startswith("| cpu_reference")]
     assert len(replay) == 6 and all("| yes |" in line for line in replay)
     assert "cpu_reference: the rule ran 15 of the study's 15 runs" in out
+
+
+def test_with_search_runs_the_pruned_search_benchmark(tmp_path, capfd):
+    """--with-search runs scripts/bench_pruned_search.py as a subprocess and passes its output
+    and exit code through (here a stand-in script: the real one trains two searches)."""
+    module = bench()
+    stand_in = tmp_path / "bench_pruned_search.py"
+    stand_in.write_text("print('pruned / unpruned RL steps: 24 / 32')\nraise SystemExit(3)\n")
+    module.PRUNED = stand_in
+    module.ROOT = tmp_path
+    assert module.main(["--studies", "200", "--with-search"]) == 3
+    out = capfd.readouterr().out
+    assert "## Pruned search" in out and "pruned / unpruned RL steps: 24 / 32" in out
