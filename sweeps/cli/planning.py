@@ -15,6 +15,7 @@ from analysis.power import POWER, SD_CONFIDENCE, comparison_power
 from sweeps.cli.errors import CommandError
 from sweeps.seeds import POINTS
 from sweeps.sequential import cell_labels, comparisons, held_out_metric
+from sweeps.status import store_exists
 from sweeps.study import Study, load_study
 from sweeps.trials import expand
 from trainer.config import ConfigError
@@ -72,6 +73,9 @@ def pilot_source(study: Study, pilot: str | None, out: str | None) -> tuple[str,
 
 
 def _finished(uri: str, name: str) -> pd.DataFrame:
+    if not store_exists(uri):
+        raise CommandError(f"--pilot: no runs of study {name!r} yet: {uri} does not exist; "
+                           f"launch a pilot (`hindsight sweep`) or name one with --pilot")
     try:
         runs = load_runs(uri, name)
     except ValueError as exc:

@@ -89,3 +89,11 @@ def test_power_prints_a_readable_table(tmp_path, capsys):
     assert main(["power", str(path), "--alpha", "2"]) == 2
     assert capsys.readouterr().err.strip() == \
         "error: --alpha: 2.0; valid: a number strictly between 0 and 1"
+
+
+def test_a_study_without_runs_yet_is_a_one_line_error(tmp_path, capsys):
+    path = _study(tmp_path)
+    assert main(["power", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --pilot: no runs of study 'power' yet: sqlite:///")
+    assert not (tmp_path / "out").exists()  # nothing created
