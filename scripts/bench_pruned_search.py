@@ -6,7 +6,9 @@
 Runs the study's search twice on a local Ray, with the same sampler seed, trial budget and
 everything else: once as written (its ``search.pruner``) and once without the pruner
 (``<name>-unpruned``), each in its own folder under ``--out``.  Prints the RL steps each
-trained (summed over its runs; a pruned run counts the steps it trained), the saving, the
+trained (a complete trial: its seeds x steps; a pruned one: its steps when it was stopped,
+Optuna's last intermediate step; ``steps_logged`` in the JSON: the last step each run logged
+to MLflow, summed), the saving, the
 trials pruned and at which step, and both best configurations with their values and the
 95% interval of their difference from evaluation noise alone (each value is a success rate
 over the study's evaluation tasks: :func:`analysis.pruning.success_difference`).
@@ -57,16 +59,21 @@ def studies(path: Path, out: Path) -> tuple[Study, Study]:
 def summary(study: Study) -> dict[str, Any]:
     """What one finished search trained and found."""
     runs = load_runs(study.store_uri, study.name)
-    steps = steps_trained(load_histories(study.store_uri, list(runs["run_id"]), ["train/success"]))
+    logged = steps_trained(load_histories(study.store_uri, list(runs["run_id"]), ["train/success"]))
     best = search.best_trial(study)
     counts = pruned_trials(runs)
     ot = optuna.load_study(study_name=study.name, storage=study.search.storage)
     states = [t.state.name for t in ot.get_trials()]
+    # A trial trains all its steps when complete and up to its trial_step when pruned (Optuna's
+    # last intermediate step): what it trained even where its last metrics did not reach MLflow.
+    full = study.base.stages.rl.steps * len(study.seeds)
+    trained = sum(full if t.state.name == "COMPLETE" else (t.last_step or 0)
+                  for t in ot.get_trials() if t.state.name in ("COMPLETE", "PRUNED"))
     return {
         "study": study.name, "trials": len(states), "complete": states.count("COMPLETE"),
         "pruned": states.count("PRUNED"),
         "pruned_at": {int(s): int(n) for s, n in zip(counts["pruned_at"], counts["trials"])},
-        "runs": len(runs), "steps": int(steps.sum()),
+        "runs": len(runs), "steps": int(trained), "steps_logged": int(logged.sum()),
         "best": None if best is None else {"params": best.params, "value": best.value,
                                            "trial": best.number},
     }

@@ -176,9 +176,11 @@ def _train(cfg: RunConfig, logger: RunLogger, out: Path, ckpt: Path | None, prog
                 save_checkpoint(out, state, ctx.model, ctx.tokenizer, ctx.optimizer, cfg.output.keep_checkpoints,
                                 writer_snapshot=frozen_writer(ctx))
         bar.set_postfix(success=f"{metrics['train/success']:.2f}")
-        if evaluated and on_eval is not None and on_eval(step, final):
-            stopped = True
-            break
+        if evaluated and on_eval is not None:
+            logger.flush()  # the step is in MLflow before the caller may stop the process
+            if on_eval(step, final):
+                stopped = True
+                break
     logger.flush()
     last = latest_checkpoint(out) if cfg.output.log_checkpoints else None
     if last is not None:
