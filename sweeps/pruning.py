@@ -45,6 +45,7 @@ PRUNER_FIELDS: dict[str, KeySpec] = {
 }
 PRUNER_KEYS = tuple(PRUNER_FIELDS)
 ONLY = {"reduction_factor": "asha", "brackets": "asha", "min_trials": "median"}
+TIMING = ("stages.rl.steps", "eval.every")  # keys a pruned search may not vary
 MINIMUM = {"grace_steps": 1, "reduction_factor": 2, "brackets": 1, "min_trials": 1}
 
 
@@ -59,9 +60,9 @@ class PrunerSpec:
     min_trials: int = 3
 
 
-def parse_pruner(where: str, data: Any, base: RunConfig) -> PrunerSpec:
-    """``search.pruner`` checked against the base run config: one-line errors name the key,
-    the value and the valid values."""
+def parse_pruner(where: str, data: Any, base: RunConfig, space: tuple[str, ...] = ()) -> PrunerSpec:
+    """``search.pruner`` checked against the base run config and the keys of ``search.space``:
+    one-line errors name the key, the value and the valid values."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping with type ({', '.join(PRUNER_TYPES)}) "
                           f"and its settings, got {data!r}")
@@ -83,6 +84,10 @@ def parse_pruner(where: str, data: Any, base: RunConfig) -> PrunerSpec:
     if not 0 < every < steps:  # it acts on the evaluations between a run's first and last step
         raise ConfigError(f"{where}: needs evaluations during a run, got eval.every {every} with "
                           f"stages.rl.steps {steps}; valid: eval.every 1 to {steps - 1}")
+    timed = [k for k in space if k in TIMING]
+    if timed:  # the scheduler's rungs and max_t are the base's steps: the same for every trial
+        raise ConfigError(f"{where}: needs the same steps in every trial, got search.space over "
+                          f"{', '.join(timed)}; valid: a space without {' or '.join(TIMING)}")
     if base.parallel.workers != 1:
         raise ConfigError(f"{where}: needs runs of one process, got parallel.workers "
                           f"{base.parallel.workers}; valid: 1")

@@ -364,7 +364,8 @@ def _parse_search(where: str, data: Any, base: RunConfig, out_dir: Path) -> Sear
             raise ConfigError(f"{where}.storage: {storage!r} leaves the output folder; give a path "
                               f"inside it or an RDB URL")
         storage = sqlite_uri(db)
-    pruner = None if data.get("pruner") is None else parse_pruner(f"{where}.pruner", data["pruner"], base)
+    pruner = None if data.get("pruner") is None else parse_pruner(f"{where}.pruner", data["pruner"], base,
+                                                                  tuple(p.key for p in params))
     return SearchSpec(params, metric=metric, mode=mode, storage=storage, pruner=pruner, **ints)
 
 

@@ -53,9 +53,13 @@ def _study(tmp_path: Path, **search):
     ({"type": "asha"}, {"eval": {"every": 6}}, "got eval.every 6"),
     ({"type": "median"}, {"parallel": {"workers": 2}, "rollout": {"tasks_per_step": 2}},
      "needs runs of one process, got parallel.workers 2; valid: 1"),
+    ({"type": "asha"}, {"space": {"stages.rl.steps": {"type": "int", "low": 4, "high": 8}}},
+     "needs the same steps in every trial, got search.space over stages.rl.steps; valid: a space "
+     "without stages.rl.steps or eval.every"),
 ])
 def test_pruner_config_errors_are_one_line_with_the_valid_values(tmp_path, pruner, base, message):
-    data = _data(pruner=pruner)
+    data, base = _data(pruner=pruner), dict(base)
+    data["search"]["space"] = {**SPACE, **base.pop("space", {})}
     data["base"].update(base)
     with pytest.raises(ConfigError) as err:
         parse_study(data, folder=tmp_path, out=tmp_path / "out")
