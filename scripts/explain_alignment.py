@@ -17,17 +17,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from analysis.alignment import (  # noqa: E402
+from analysis.alignment import (
     delta_profile,
     error_regions,
     gate_over_beta,
     regional_alignment,
     step_advantages,
 )
-from analysis.ranks import spearman  # noqa: E402
-from reports.diagnostic_tables import alignment_markdown  # noqa: E402
+from analysis.ranks import spearman
+from reports.diagnostic_tables import alignment_markdown
 
 BETAS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0)
 

@@ -31,5 +31,5 @@ from reports.figures.curves import evaluation_curves, performance_profiles, trai
 from reports.figures.gate import gate_curves, gate_sensitivity
 from reports.figures.studies import sensitivity
 
-__all__ = ["compute_cost", "evaluation_curves", "gate_curves", "gate_sensitivity",
+__all__ = ["compute_cost", "delta_profile", "evaluation_curves", "gate_curves", "gate_sensitivity",
            "performance_profiles", "regional_alignment", "sensitivity", "training_curves"]

@@ -14,13 +14,13 @@ from analysis.diagnostics import (
     REGIONS,
     Skipped,
 )
+from reports.diagnostic_tables import BETWEEN_TASKS
 from reports.figures.base import (
     check_frame,
     panel_grid,
     save,
     yerr,
 )
-from reports.diagnostic_tables import BETWEEN_TASKS
 from reports.style import row_label
 
 POLARITY_LABELS = {"delta_pos": "Δ+ (positive skill)", "delta_neg": "Δ− (negative skill)"}

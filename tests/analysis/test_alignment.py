@@ -13,8 +13,6 @@ from analysis.diagnostics import Skipped
 from support.records_fakes import PLANTED, planted_records, planted_spearman
 
 
-
-
 def test_step_advantages_pool_returns_and_filter_groups(turn):
     rec = pd.DataFrame([
         turn(traj=0, state_key="s0", action="a", **{"return": 1.0}),

@@ -20,8 +20,6 @@ from analysis.diagnostics import (
 )
 
 
-
-
 def test_gate_table_matches_the_review():
     table = gate_table().set_index(["delta", "beta"])["gate"]
     assert table[(0.3, 5.0)] == pytest.approx(0.818, abs=5e-4)

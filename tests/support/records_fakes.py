@@ -45,7 +45,7 @@ def planted_records(rng: np.random.Generator, n_tasks: int = 60, run_id: str = "
             x = rng.normal()
             gaps = {p: PLANTED[(region, p)] * x + np.sqrt(1 - PLANTED[(region, p)] ** 2) * rng.normal()
                     for p in ("delta_pos", "delta_neg")}
-            common = dict(run_id=run_id, task_id=f"t{i}", turn=t, state_key=f"s{t}")
+            common = {"run_id": run_id, "task_id": f"t{i}", "turn": t, "state_key": f"s{t}"}
             rows.append(turn_record(traj=2 * i, action="good", success=True, **common, **{"return": -x}))
             rows.append(turn_record(traj=2 * i + 1, action="taken", error_turn_writer=K, **common, **gaps,
                                      **{"return": x}))

@@ -436,7 +436,7 @@ class TrackingConfig:
     records: bool = True
     # Also write training records every k RL steps between evaluations (0 = at evaluation steps only).
     train_records_every: int = field(default=0, metadata={"ge": 0})
-    # Log each loss term's gradient apart (update/grad_*: RL and OPD norms, ratio, cosine, sign flips); one more backward.
+    # Log each loss term's gradient apart (update/grad_*: norms, ratio, cosine, sign flips); one more backward.
     gradient_parts: bool = False
 
 
