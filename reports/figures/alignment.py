@@ -3,6 +3,7 @@ advantages per region around the writer's boundary."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -77,8 +78,9 @@ def alignment_figure(alignment: pd.DataFrame) -> Figure:
         ax.legend(fontsize=7)
     fig.suptitle("Regional alignment of OPD gaps (95% CI, trajectories resampled)", fontsize=10)
     if notes:  # below the panels, in the room constrained layout keeps for a figure x label
-        fig.set_figheight(fig.get_figheight() + 0.13 * len(notes))
-        fig.supxlabel("\n".join(notes), fontsize=6, x=0.01, ha="left")
+        lines = [line for note in notes for line in textwrap.wrap(note, 130, subsequent_indent="    ")]
+        fig.set_figheight(fig.get_figheight() + 0.12 * len(lines))
+        fig.supxlabel("\n".join(lines), fontsize=6, x=0.01, ha="left")
     return fig
 
 
