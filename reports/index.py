@@ -16,7 +16,6 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.diagnostics import Skipped
-from analysis.pruning import pruned_trials
 from analysis.stats import FEW_SEEDS, MIN_PAIRED
 from reports import diagnostic_tables, figures
 from reports.html import write_html
@@ -222,7 +221,7 @@ def _run_counts(inputs: ReportInputs) -> list[str]:
         parts.append(f"{max(0, inputs.expected - found)} missing of {inputs.expected} "
                      "trials the study defines")
     lines = [f"- runs: {', '.join(parts)}"]
-    pruned = pruned_trials(every)
+    pruned = inputs.pruned()
     if len(pruned):
         steps = ", ".join(f"{n} at step {s}" for s, n in zip(pruned["pruned_at"], pruned["trials"]))
         lines.append(f"- pruned search trials: {pruned['trials'].sum()} ({steps}; a trial's training "

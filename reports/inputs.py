@@ -39,6 +39,7 @@ from analysis.cells import (
 )
 from analysis.curves import RATE_LIMITS, metric_curves, training_bands
 from analysis.diagnostics import Skipped
+from analysis.pruning import pruned_trials
 from analysis.sensitivity import best_cells, importances, sensitivities
 from analysis.summaries import summarize_rows
 from reports.envs import FAMILY_ORDER, env_info, eval_split, task_family
@@ -138,6 +139,11 @@ class ReportInputs:
     def figure_frames(self) -> dict[str, pd.DataFrame | Skipped | None]:
         """Figure name -> the frame it draws (None when not given)."""
         return {"training_curves": None, **self.diagnostics}
+
+    def pruned(self) -> pd.DataFrame:
+        """The search trials a pruner stopped, by step (:func:`analysis.pruning.pruned_trials`),
+        over every run the report was given (finished or not)."""
+        return pruned_trials(self.all_runs if self.all_runs is not None else self.runs)
 
 
 def summarize_layout(runs: pd.DataFrame, layout: Layout, *, alpha: float = 0.05,

@@ -49,12 +49,13 @@ CONFIG = ROOT / "examples" / "ezpoints_smollm2_hidden.yaml"
 SHAPES = ["model.backend=vllm", "model.vllm.kv_cache_gb=2", "rollout.tasks_per_step=2",
           "rollout.group_size=6", "stages.rl.steps=3", "eval.every=3", "eval.max_tasks=40",
           "algo.lr=1.0e-3", "stages.skill_sft.writer_panel=0", "tracking.gradient_parts=true"]
-# in the order a seed's trials run: SEED first (the arm the question is about), GRPO last (the
-# reference study has it at n = 3: docs/results/cpu_reference_smollm2.md)
+# in the order a seed's trials run: SEED first (the arm the question is about), then Stage 1 +
+# GRPO (SEED's OPD term turned out to be about 1% of its gradient: docs/results/
+# diagnostics_smollm2.md), GRPO, and the constant gate last
 ARMS = {"seed": ["algo.method=seed"],
-        "seed_constant_gate": ["algo.method=seed", "algo.beta_opd=0"],
         "seed_no_self_evolving": ["algo.method=seed_no_self_evolving"],
-        "grpo": ["algo.method=grpo"]}
+        "grpo": ["algo.method=grpo"],
+        "seed_constant_gate": ["algo.method=seed", "algo.beta_opd=0"]}
 EVAL = ("eval/eval/success", "eval/eval/invalid_rate")
 STEP = ("ppo/kl", "adv/tied_group_frac", "update/grad_ratio_opd_rl", "update/grad_sign_flip_opd",
         "update/grad_cos_opd_rl", "train/invalid_rate", "opd/gate_mean")

@@ -90,11 +90,13 @@ def test_a_training_exception_is_reported_failed_not_raised(tmp_path, monkeypatc
     assert reports == [{"done": 1.0, "failed": 1.0, "error": "RuntimeError: boom: injected failure"}]
     assert client.get_run(run_id).info.status == "FAILED"
     lines: list[str] = []
+    ended: list[dict] = []
     progress = _progress_callback(Console(lines.append, 1), lambda t: "the trial",
-                                  lambda t: "its/trial.log", lambda t, reason: None)
+                                  lambda t: "its/trial.log", lambda t, reason: None, ended.append)
     progress.on_trial_complete(0, [], SimpleNamespace(last_result=reports[0]))
     assert re.fullmatch(r"\[1/1\] FAILED   the trial \(\d+ s\): RuntimeError: boom: injected "
                         r"failure \(log: its/trial\.log\)", lines[0]), lines
+    assert ended == []  # a failed trial never reaches the search's end-of-trial hook
 
 
 def test_a_started_run_resumes_and_a_dead_trial_ends_failed_with_the_reason(tmp_path):
