@@ -3,17 +3,11 @@ replay of the CPU reference studies, whose decisions match the full studies'."""
 
 from __future__ import annotations
 
-import importlib.util
-
-from support.paths import ROOT
+from support.paths import script_module
 
 
 def bench():
-    path = ROOT / "scripts" / "bench_compute_aware.py"
-    spec = importlib.util.spec_from_file_location("bench_compute_aware", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("bench_compute_aware")
 
 
 def test_it_prints_the_calibration_and_a_replay_that_agrees(capsys):

@@ -3,19 +3,13 @@ pruner: same space, sampler seed, trial budget and base, in folders of their own
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from support.paths import EXAMPLES, ROOT
+from support.paths import EXAMPLES, script_module
 
 
 def bench():
-    path = ROOT / "scripts" / "bench_pruned_search.py"
-    spec = importlib.util.spec_from_file_location("bench_pruned_search", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("bench_pruned_search")
 
 
 def test_the_unpruned_search_differs_only_by_its_pruner(tmp_path):
