@@ -12,6 +12,7 @@ every task's batch, so rho compares tasks, not the actions taken on one task).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +30,7 @@ STEP_ADV_COLUMNS = ("task_id", "state_key", "action", "return")
 ADVANTAGE_MODES = ("etro", "gigpo", "gigpo_std")
 GAMMA = 0.95  # the discount of the records' returns (trainer.records.GAMMA)
 MIN_TURNS = 3  # fewer turns give no rank correlation (analysis.ranks.spearman)
+GATE_BETAS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0)  # the beta_opd axis of gate_over_beta by default
 
 
 def step_advantages(records: pd.DataFrame, mode: str = "etro") -> pd.DataFrame | Skipped:
@@ -148,11 +150,11 @@ def regional_alignment(records: pd.DataFrame, *, n_boot: int = 1000, confidence:
             sub = part.dropna(subset=[polarity, "step_adv"])
             codes = sub.groupby(cluster, sort=True).ngroup().to_numpy()
             x, y = sub[polarity].to_numpy(float), sub["step_adv"].to_numpy(float)
-            low, high = cluster_spearman_ci(x, y, codes, n_boot, confidence, seed)
             reason = undefined_reason(region, polarity, x, y)
-            within = sub.groupby(task, sort=False)["step_adv"].nunique() if len(sub) else pd.Series()
-            rho = spearman(x, y)
-            rows.append((region, polarity, len(sub), len(np.unique(codes)), len(within), rho,
+            # an undefined rho has no interval: no bootstrap is drawn for it
+            low, high = (math.nan, math.nan) if reason else cluster_spearman_ci(x, y, codes, n_boot, confidence, seed)
+            within = sub.groupby(task, sort=False)["step_adv"].nunique()  # distinct advantages per task
+            rows.append((region, polarity, len(sub), len(np.unique(codes)), len(within), spearman(x, y),
                          low, high, bool(not reason and (within <= 1).all()), reason))
     return pd.DataFrame(rows, columns=ALIGNMENT_COLUMNS)
 
@@ -215,7 +217,7 @@ def delta_profile(records: pd.DataFrame) -> pd.DataFrame | Skipped:
                                        "mean_abs", "q95_abs"])
 
 
-def gate_over_beta(records: pd.DataFrame, betas: Sequence[float], *, by: Sequence[str] = ("region",),
+def gate_over_beta(records: pd.DataFrame, betas: Sequence[float] = GATE_BETAS, *, by: Sequence[str] = ("region",),
                    beta_run: float | None = None) -> pd.DataFrame | Skipped:
     """The gate SEED would apply at each beta_opd in ``betas``, from the recorded Delta+
     (no retraining: g = sigmoid(beta Delta+), SEED Eq. 1), per ``by`` group and beta: n_turns,

@@ -26,10 +26,9 @@ from analysis.alignment import (
     regional_alignment,
     step_advantages,
 )
+from analysis.diagnostics import batch_scope
 from analysis.ranks import spearman
 from reports.diagnostic_tables import alignment_markdown
-
-BETAS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0)
 
 
 def error_turns(records: pd.DataFrame) -> pd.DataFrame:
@@ -39,9 +38,10 @@ def error_turns(records: pd.DataFrame) -> pd.DataFrame:
     adv = step_advantages(records)
     failed = adv[~adv["success"].astype(bool) & (adv["error_turn_writer"] >= 0)]
     at_error = failed[error_regions(failed) == "error"]
-    anchors = adv.groupby(["step", "task_id", "state_key"])["success"].mean().rename("anchor_success")
-    at_error = at_error.join(anchors, on=["step", "task_id", "state_key"])
-    return (at_error.groupby(["step", "task_id"], sort=True)
+    anchor = [*batch_scope(adv), "task_id", "state_key"]  # step_advantages' anchor groups
+    anchors = adv.groupby(anchor)["success"].mean().rename("anchor_success")
+    at_error = at_error.join(anchors, on=anchor)
+    return (at_error.groupby([*batch_scope(adv), "task_id"], sort=True)
             .agg(actions=("action", lambda a: ",".join(sorted(set(a)))), n_failed=("traj", "size"),
                  anchor_size=("anchor_size", "first"), anchor_success=("anchor_success", "first"),
                  step_adv=("step_adv", "mean"), step_adv_spread=("step_adv", "std"),
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = delta_profile(records)
     print(profile.pivot_table(index=["axis", "position"], columns="polarity",
                               values=["n_turns", "mean", "mean_abs"]).round(4).to_string(), "\n")
-    gates = gate_over_beta(records, BETAS, by=("region",), beta_run=args.beta)
+    gates = gate_over_beta(records, by=("region",), beta_run=args.beta)
     print(gates.round(3).to_string(index=False), "\n")
     table = error_turns(records)
     print(table.round(3).to_string(index=False))

@@ -66,9 +66,6 @@ def diagnose_command(args) -> int:
     return 0
 
 
-GATE_BETAS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0)  # the gate-sensitivity axis drawn from the records
-
-
 def _where_the_skill_lands(records: pd.DataFrame, out: Path, beta: float) -> None:
     """The per-turn |Delta| profile (where each skill moves the played tokens) and SEED's gate
     over beta_opd from the recorded Delta+, written and summarised (no retraining)."""
@@ -81,7 +78,7 @@ def _where_the_skill_lands(records: pd.DataFrame, out: Path, beta: float) -> Non
                 f"{int(pos)}: " + " / ".join(f"{cells.at[pos, p]:.3f}" if p in cells else "--"
                                              for p in ("delta_pos", "delta_neg"))
                 for pos in cells.index) + "  (Δ+ / Δ−, nats a token, turn means)")
-    gates = gate_over_beta(records, GATE_BETAS, by=("region",), beta_run=beta)
+    gates = gate_over_beta(records, by=("region",), beta_run=beta)
     if not isinstance(gates, Skipped):
         gates.to_csv(out / "gate_over_beta.csv", index=False)
         for region, part in gates.groupby("region", sort=False):
