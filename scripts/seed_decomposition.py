@@ -90,7 +90,7 @@ def _finished() -> set[tuple[str, int]]:
 
 
 def _arm(run: pd.Series) -> str:
-    if run["method"] == "seed" and float(run.get("algo.beta_opd", 5.0)) == 0.0:
+    if run["method"] == "seed" and run.get("algo.beta_opd") == 0.0:  # the constant-gate arm
         return "seed_constant_gate"
     return str(run["method"])
 
