@@ -39,6 +39,7 @@ import pandas as pd
 from analysis.stats import FEW_SEEDS, MIN_PAIRED
 
 CELL_FORMATS = ("std", "ci")
+MAX_LISTED = 8  # undecided cells a caption names one by one; more are summarized
 WIDE_COLUMNS = 6  # a LaTeX table with more value columns spans both columns (table*)
 # Shrink the tabular to the line width when it is wider, and to 0.8 of the text height (room
 # for the caption) when it is taller, never enlarge it (graphicx's \resizebox measures its
@@ -236,7 +237,7 @@ def caption(table: Table) -> str:
         if undecided:
             parts.append(f"Not shown different from {table.baseline}, with the smallest "
                          "difference each comparison would have found (power 0.8, paired t at "
-                         f"Holm's first step): {'; '.join(undecided)}.")
+                         f"Holm's first step): {_listed(undecided)}.")
     sources = sorted({r.source for _, r in table.rows() if r.reported})
     if sources:
         parts.append(f"{REPORTED}: reported by {', '.join(sources)}; not reproduced here, "
@@ -244,9 +245,19 @@ def caption(table: Table) -> str:
     return " ".join([*parts, *table.notes])
 
 
-def not_shown_different(table: Table) -> list[str]:
-    """Per tested cell without a marker, ``"<row> ± <mde>"`` in the column's display units
-    (``"SEED ± 5.1"``), naming the column and section where the table has several."""
+def _listed(undecided: list[tuple[str, float, int]]) -> str:
+    """The caption's list of undecided cells; past MAX_LISTED their count and range (LaTeX sets a
+    caption on one line first: a list over every cell of a wide table overflows TeX)."""
+    if len(undecided) <= MAX_LISTED:
+        return "; ".join(f"{name} ± {value:.{decimals}f}" for name, value, decimals in undecided)
+    _, values, decimals = zip(*undecided)
+    return (f"{len(undecided)} cells, from ± {min(values):.{max(decimals)}f} to ± "
+            f"{max(values):.{max(decimals)}f} (each cell's is mde_vs_baseline in the JSON sidecar)")
+
+
+def not_shown_different(table: Table) -> list[tuple[str, float, int]]:
+    """Per tested cell without a marker, ``(name, mde, decimals)`` in display units
+    (``("SEED", 5.1, 1)``); the name says the column and section where the table has several."""
     several = len(table.columns) > 1
     sections = len(table.sections) > 1
     out = []
@@ -258,8 +269,8 @@ def not_shown_different(table: Table) -> list[str]:
             where = [f"{col.group} {col.label}".strip()] if several else []
             where += [str(section.title)] if sections and section.title else []
             label = " ".join(x for x in row.labels if x)
-            value = f"{cell.mde * col.scale:.{col.decimals}f}"
-            out.append(f"{label}{' (' + ', '.join(where) + ')' if where else ''} ± {value}")
+            out.append((f"{label}{' (' + ', '.join(where) + ')' if where else ''}",
+                        cell.mde * col.scale, col.decimals))
     return out
 
 

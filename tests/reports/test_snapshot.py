@@ -17,7 +17,8 @@ colours at the commit that added the ``seed_writer`` table and put ``seed_stale`
 that added each comparison's minimum detectable effect (issue 45: ``mde_vs_baseline``); the
 regional alignment figure, ``index.*`` and the new ``tables/regional_alignment.md`` and
 ``figures/delta_profile`` at the commit that drew an undefined rho as n/a and added where the
-skill lands (issue 43).
+skill lands (issue 43); ``etro_table1``'s caption and ``index.*`` at the commit that
+summarized a caption's long list of undecided cells by count and range (CI: TeX overflowed).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ EXPECTED = {
     "figures/sensitivity_etro_suffix_positive": "a55416e2a63f25d1",
     "figures/sensitivity_seed": "2f6abe10719ea338",
     "figures/training_curves": "a8fd18696799bd7c",
-    "index.html": "cb0182ac8655bed9",
-    "index.md": "d4253d110f770bc2",
+    "index.html": "1efdbb9ded260c92",
+    "index.md": "11e605417d384297",
     "tables/aggregates.json": "c603837e976348a3",
     "tables/aggregates.md": "f76ddd7b96ebe047",
     "tables/aggregates.tex": "130386acee745c39",
@@ -66,9 +67,9 @@ EXPECTED = {
     "tables/etro_suffix.json": "626e728ec97af7e4",
     "tables/etro_suffix.md": "a5b3273eddeca9ac",
     "tables/etro_suffix.tex": "3790032d5163b10e",
-    "tables/etro_table1.json": "f1433207305d3d17",
-    "tables/etro_table1.md": "86188e7b5b3503ed",
-    "tables/etro_table1.tex": "d357b1abcbdf0ccc",
+    "tables/etro_table1.json": "3c02c4cba38de14f",
+    "tables/etro_table1.md": "cd44d9014af714a4",
+    "tables/etro_table1.tex": "6b04aae17824bd5e",
     "tables/family_breakdown.json": "d37b0a470ff8c1cf",
     "tables/family_breakdown.md": "cf47f5ab2e3f2422",
     "tables/family_breakdown.tex": "f20449b7553e10f0",
@@ -96,7 +97,7 @@ EXPECTED = {
     "tables/staleness.json": "868c3876d00f88b5",
     "tables/staleness.md": "2344da8a6000ecaf",
     "tables/staleness.tex": "f83e494cb7401e38",
-    "tables/tables.tex": "b514c9e32bd910f8",
+    "tables/tables.tex": "72adac0d17a6c764",
     "tables/value_alignment.json": "91273a4ebbe44174",
     "tables/value_alignment.md": "d3838ff21969bba1",
     "tables/value_alignment.tex": "42fdda4f2b0a4712",

@@ -13,6 +13,7 @@ import pytest
 from reports.layouts import LAYOUTS
 from reports.tables import (
     BETTER,
+    MAX_LISTED,
     REPORTED,
     WORSE,
     Cell,
@@ -24,6 +25,7 @@ from reports.tables import (
     bold_cells,
     caption,
     merge_reported,
+    not_shown_different,
     provenance_record,
     read_reported,
     significance_marker,
@@ -213,3 +215,21 @@ def test_caption_names_the_mde_of_each_row_not_shown_different():
     plain = LAYOUTS["etro_branches"].table(pd.DataFrame(rows[:1] + [_summary_row(
         "etro", 0.640, not_worse=True, diff=0.02)]))
     assert "Not shown different" not in caption(plain)  # no MDE in the summary: nothing said
+
+
+def test_a_caption_summarizes_a_long_list_of_undecided_cells():
+    """Past MAX_LISTED undecided cells the caption gives their count and MDE range (a list
+    over every cell of a wide table overflowed TeX's largest dimension in CI); the JSON
+    sidecar keeps each cell's."""
+    methods = ["etro", "etro_global_positive", "etro_global_negative"]
+    rows = [_summary_row("grpo", 0.62, not_worse=False, backbone=b) for b in ("b1", "b2", "b3")]
+    rows += [{**_summary_row(m, 0.63, not_worse=True, diff=0.01, backbone=b),
+              "mde_vs_baseline": 0.03 + 0.01 * i}
+             for i, (m, b) in enumerate((m, b) for m in methods for b in ("b1", "b2", "b3"))]
+    table = LAYOUTS["etro_branches"].table(pd.DataFrame(rows))
+    assert len(not_shown_different(table)) == 9 > MAX_LISTED
+    text = caption(table)
+    assert "9 cells, from ± 3.0 to ± 11.0 (each cell's is mde_vs_baseline" in text
+    assert "ETRO (" not in text
+    few = LAYOUTS["etro_branches"].table(pd.DataFrame(rows[:3] + rows[3:6]))
+    assert "; " in caption(few).split("Holm's first step): ")[1]  # 3 cells: named one by one
