@@ -56,6 +56,8 @@ def _finished(study) -> list:
     return runs
 
 
+@pytest.mark.slow  # about 60 s with the cluster's start and stop; its 2-s trials overlap (and so spill
+# to the second node) only when Ray starts their processes in time, which a loaded machine does not
 def test_trials_land_on_both_nodes_within_their_resources(tmp_path, cluster):
     from sweeps.runner import run_study
 

@@ -57,6 +57,7 @@ def server(pg, tmp_path_factory):
         pytest.skip(f"mlflow server does not start here: {exc}")
 
 
+@pytest.mark.slow  # about 100 s on 2 cores (four Ray trials through a server): .ci/run's slow phase
 def test_four_concurrent_trials_through_the_server_lose_nothing(tmp_path, server):
     import ray
 

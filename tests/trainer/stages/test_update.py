@@ -81,11 +81,30 @@ def with_advantages(batch):
 
 
 CASES = [(m, agg) for m in ("grpo", "seed", "etro") for agg in LOSS_AGGS] + [("grpo_opsd", "token-mean")]
+SHAPES = [(mode, minibatches) for mode in ("full", "window") for minibatches in (1, 2)]
 
 
-@pytest.mark.parametrize("mode", ["full", "window"])
-@pytest.mark.parametrize("minibatches", [1, 2])
-@pytest.mark.parametrize(("method", "agg"), CASES)
+def accumulation_cases():
+    """Every (method, loss_agg) case with every (context mode, minibatches) shape.  The default
+    suite runs a covering subset: each case once, the shapes taken in turn, so every method
+    meets both context modes and both minibatch counts (10 of the 40; each takes seconds); the
+    rest are ``slow``."""
+    for i, case in enumerate(CASES):
+        for j, shape in enumerate(SHAPES):
+            marks = () if j == i % len(SHAPES) else (pytest.mark.slow,)
+            yield pytest.param(*shape, *case, marks=marks, id="-".join(map(str, (*case, shape[1], shape[0]))))
+
+
+def test_the_default_cases_cover_every_method_in_both_modes_and_minibatch_counts():
+    default = [p.values for p in accumulation_cases() if not p.marks]
+    assert len(default) == len(CASES)
+    assert {(v[2], v[3]) for v in default} == set(CASES)
+    for method in {m for m, _ in CASES} - {"grpo_opsd"}:
+        assert {v[0] for v in default if v[2] == method} == {"full", "window"}, method
+        assert {v[1] for v in default if v[2] == method} == {1, 2}, method
+
+
+@pytest.mark.parametrize(("mode", "minibatches", "method", "agg"), list(accumulation_cases()))
 def test_micro_batches_accumulate_to_the_minibatch_gradient(contexts, mode, minibatches, method, agg):
     ctx = with_method(contexts[mode], method, loss_agg=agg, minibatch_size=6 // minibatches, kl_coef=0.01)
     batch = with_advantages(rl.collect_batch(ctx, 1, rl.PhaseTimer()))
