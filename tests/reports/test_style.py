@@ -27,6 +27,7 @@ PRINTED = {
     "etro_neg_prefix": "Negative at prefix", "etro_neg_suffix": "Negative at suffix",
     "opid": "OPID", "icsd": "ICSD",
     "opd_only": "OPD only", "opd_only_shuffled": "OPD only (shuffled skills)",  # issue 44
+    "opd_only_signed": "OPD only, signed", "opd_only_signed_shuffled": "OPD only, signed (shuffled skills)",
 }
 
 

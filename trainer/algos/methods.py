@@ -183,6 +183,17 @@ def _plain(name: str, summary: str, paper: str, **kw) -> MethodSpec:
     return MethodSpec(name=name, summary=summary, paper=paper, **{**base, **kw})
 
 
+def _opd_only(name: str, loss: str, summary: str, paper: str, label: str) -> tuple[MethodSpec, ...]:
+    """An internalization test (OPD alone from the oracle's skill) and its control ``_shuffled``:
+    each trajectory's teacher given the skill of another family (another deck rule; another
+    task where the env has none)."""
+    kw = {"advantage": "none", "uses_rl": False, "writer": "oracle", "lambda_opd": 1.0, "opd_loss": loss}
+    return (_seed(name, summary, paper=paper, label=label, **kw),
+            _seed(f"{name}_shuffled", f"{name}, each trajectory's teacher given another family's "
+                  "skill: the internalization test's control", paper=f"{paper}; shuffled skills (a "
+                  "control, not in SEED)", label=f"{label} (shuffled skills)", shuffled_skills=True, **kw))
+
+
 _BASELINES = f"{SEED}: baselines table; {ETRO}: Table 1, App. B.1"
 _TABLE = [
     _plain(
@@ -295,21 +306,16 @@ _TABLE = [
     # alone moves the no-skill policy toward the skilled one, or it does not. The oracle
     # writer, so that the test measures the distillation, not the self writer's reliability;
     # lambda_opd 1 as OPSD's (no RL term to weigh it against). writer.kind=self is allowed.
-    _seed(
-        "opd_only",
-        "SEED's gated OPD alone (RL advantage off, no PPO/KL term) from the oracle's skill: does "
-        "distillation internalize the lesson? (writer oracle: the test is of the mechanism)",
-        paper=f"{SEED}: Eq. 1 without Eq. RL; the internalization test (Skill-Prompt vs SEED)",
-        advantage="none", uses_rl=False, writer="oracle", lambda_opd=1.0, label="OPD only",
-    ),
-    _seed(
-        "opd_only_shuffled",
-        "OPD only, each trajectory's teacher given the skill of another family (another deck "
-        "rule; another task where the env has none): the internalization test's control",
-        paper=f"{SEED}: Eq. 1 without Eq. RL, shuffled skills (a control, not in SEED)",
-        advantage="none", uses_rl=False, writer="oracle", lambda_opd=1.0, shuffled_skills=True,
-        label="OPD only (shuffled skills)",
-    ),
+    *_opd_only("opd_only", "seed", "SEED's gated OPD alone (RL advantage off, no PPO/KL term) "
+               "from the oracle's skill: does distillation internalize the lesson?",
+               f"{SEED}: Eq. 1 without Eq. RL; the internalization test (Skill-Prompt vs SEED)",
+               "OPD only"),
+    # With OPSD's signed loss (-Delta grad log pi) for the gate, which weighs a token the skill
+    # leaves alone (Delta ~ 0) by ~0.5: only the tokens the lesson moves are pushed.
+    *_opd_only("opd_only_signed", "opsd", "OPD alone with OPSD's signed sampled-token loss "
+               "(no gate) from the oracle's skill: the test without the gate's self-sharpening",
+               f"{SEED}: the internalization test with Zhao et al. 2026a's loss (not SEED's gate)",
+               "OPD only, signed"),
     _plain(
         "skill_grpo",
         "Skill-GRPO: GRPO with a library skill in the rollout context, removed at test",

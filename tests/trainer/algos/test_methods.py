@@ -45,6 +45,8 @@ EXPECTED_NAMES = [
     "rlsd",
     "opd_only",
     "opd_only_shuffled",
+    "opd_only_signed",
+    "opd_only_signed_shuffled",
     "skill_grpo",
     "skill_grpo_star",
     "skill_prompt",

@@ -31,6 +31,10 @@ def test_opd_only_is_seeds_gated_opd_without_rl_and_its_control_shuffles():
         assert (spec.advantage, spec.uses_rl, spec.opd_loss, spec.skills) == ("none", False, "seed", ("positive",))
         assert (spec.writer, spec.teacher, spec.lambda_opd, spec.skill_sft) == ("oracle", "current", 1.0, False)
     assert (plain.shuffled_skills, shuffled.shuffled_skills) == (False, True)
+    signed, signed_shuffled = get_method("opd_only_signed"), get_method("opd_only_signed_shuffled")
+    for spec, control in ((signed, False), (signed_shuffled, True)):  # the same test, OPSD's loss
+        assert (spec.advantage, spec.uses_rl, spec.opd_loss, spec.skills) == ("none", False, "opsd", ("positive",))
+        assert (spec.writer, spec.lambda_opd, spec.shuffled_skills) == ("oracle", 1.0, control)
 
 
 def test_each_trajectory_gets_another_familys_lesson():
