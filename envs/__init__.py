@@ -99,10 +99,10 @@ def has_admissible_switch(name: str) -> bool:
 
 def env_options(name: str, level: str = "", show_admissible: bool | None = None,
                 action_format: str = "text", images: bool = False, action_match: str = "exact",
-                progress_reward: float = 0.0, hidden_cards: int = 0, **options) -> dict:
+                progress_reward: float = 0.0, hidden_cards: int = 0, hands: int = 1, **options) -> dict:
     """Keyword options for :func:`make`: ``level``, ``show_admissible``, a non-text
     ``action_format``, ``images``, a non-exact ``action_match``, a non-zero
-    ``progress_reward`` and non-zero ``hidden_cards`` are passed only to the envs that have
+    ``progress_reward``, non-zero ``hidden_cards`` and ``hands`` other than 1 are passed only to the envs that have
     them (an empty level or None means the env's default)."""
     if level and len(env_class(name).levels) > 1:
         options["level"] = level
@@ -118,6 +118,8 @@ def env_options(name: str, level: str = "", show_admissible: bool | None = None,
         options["progress_reward"] = progress_reward
     if hidden_cards and has_option(name, "hidden_cards"):
         options["hidden_cards"] = hidden_cards
+    if hands != 1 and has_option(name, "hands"):
+        options["hands"] = hands
     return options
 
 

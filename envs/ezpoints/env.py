@@ -31,7 +31,9 @@ Levels (``env.level``, :mod:`envs.ezpoints.rules`): ``full`` is gym_cards' deck 
 ``sum``, ``product`` and ``suit`` are deck rules under which the face-down card follows a fixed
 rule of the visible card across every deal, so the oracle's hindsight states a lesson that
 transfers to the next deal ("the face-down card always makes 12 with the visible card by +").
-They need ``hidden_cards=1``.  Under a rule the skilled demonstrator follows the operator the
+They need ``hidden_cards=1``.  ``hands`` (N > 1) deals N hands in a row, each dealt once the
+last made 12; the episode is won when the last one does and lost at the first that does not
+(:func:`~envs.ezpoints.rules.hands_panel`; the turn budget and the distance count every hand).  Under a rule the skilled demonstrator follows the operator the
 skill's lesson names (:func:`~envs.ezpoints.rules.lesson_operator`) on the visible card, and
 the unskilled one guesses between the two operators every rule's visible card allows.
 """
@@ -62,7 +64,7 @@ from envs.ezpoints.cards import (
     wins,
 )
 from envs.ezpoints.render import draw
-from envs.ezpoints.rules import LEVELS, check_level, lesson, lesson_operator, rule_panel
+from envs.ezpoints.rules import LEVELS, check_level, hands_panel, lesson, lesson_operator, rule_panel
 
 INVALID_OBSERVATION = "Nothing happens."
 _WORDS = {"plus": "+", "add": "+", "times": "*", "x": "*", "\u00d7": "*", "multiply": "*",
@@ -107,17 +109,21 @@ class EZPointsEnv(TextEnv):
         image_size: int = 300,
         hidden_cards: int = 0,
         level: str = "full",
+        hands: int = 1,
     ):
         """``max_turns`` 0 = 6 (four tokens solve a deal); ``show_admissible``:
         observations end with the admissible tokens; ``images``: every step's
         ``info["image"]`` is the rendered table (``image_size`` square pixels);
         ``hidden_cards``: how many of the last cards lie face down until the episode ends
-        (0 or 1); ``level``: the deck, ``full`` or a deck rule (module docstring)."""
+        (0 or 1); ``level``: the deck, ``full`` or a deck rule; ``hands``: deals in a row, 1 to
+        5 (module docstring; ``max_turns`` 0 = 6 a hand)."""
         if hidden_cards not in (0, 1):
             raise ValueError(f"env.hidden_cards: {hidden_cards!r} is not valid; valid: 0, 1")
-        self.check_options(level=level, hidden_cards=hidden_cards)
-        self.level = level
-        super().__init__(max_turns=max_turns, invalid_penalty=invalid_penalty)
+        if hands not in range(1, 6):
+            raise ValueError(f"env.hands: {hands!r} is not valid; valid: 1 to 5")
+        self.check_options(level=level, hidden_cards=hidden_cards, hands=hands)
+        self.level, self.hands = level, hands
+        super().__init__(max_turns=max_turns or self.default_max_turns * hands, invalid_penalty=invalid_penalty)
         self.hidden_cards = hidden_cards
         self.show_admissible = show_admissible
         self.images = images
@@ -125,7 +131,9 @@ class EZPointsEnv(TextEnv):
         self.cards: tuple[tuple[str, str], ...] = ()
         self.values: tuple[int, ...] = ()
         self.formula: Formula = ()
-        self.ended = False  # "=" written
+        self.deals: tuple = ()  # every hand's cards (the current one: self.hand)
+        self.hand = 0
+        self.ended = False  # "=" written on the last hand, or on a lost one
         self.success = False
         self.done = False
         self._rng = random.Random("ezpoints/expert")
@@ -133,12 +141,13 @@ class EZPointsEnv(TextEnv):
     # -- tasks -------------------------------------------------------------------------
     def panel(self, split: str) -> list[Task]:
         self.check_split(split)
-        return list(panel(split) if self.level == "full" else rule_panel(split, self.level))
+        return list(hands_panel(panel(split) if self.level == "full" else rule_panel(split, self.level), self.hands))
 
     @classmethod
-    def check_options(cls, level: str = "full", hidden_cards: int = 0, **options) -> None:
-        """A deck rule needs the face-down card (:func:`~envs.ezpoints.rules.check_level`)."""
-        check_level(level, hidden_cards)
+    def check_options(cls, level: str = "full", hidden_cards: int = 0, hands: int = 1, **options) -> None:
+        """A deck rule needs the face-down card, hands in a row a deck rule
+        (:func:`~envs.ezpoints.rules.check_level`)."""
+        check_level(level, hidden_cards, hands)
 
     def family(self, task: Task) -> str | None:
         """Under a deck rule the task's family (``sum`` or ``product``): the deals whose
@@ -151,11 +160,16 @@ class EZPointsEnv(TextEnv):
         if "cards" not in task.spec:
             raise ValueError(f"task {task.id!r} spec lacks 'cards'; not an ezpoints task")
         self.task, self.turn, self.done = task, 0, False
-        self.cards = tuple((str(r), str(s)) for r, s in task.spec["cards"])
-        self.values = tuple(value(r) for r, _ in self.cards)
-        self.formula, self.ended, self.success = (), False, False
+        self.deals = tuple(task.spec.get("deals") or (task.spec["cards"],))
+        self.ended, self.success = False, False
+        self._deal(0)
         self._rng = random.Random(f"ezpoints/expert/{task.id}")
         return self.replay_actions(self._observe("The cards are dealt."), replay)
+
+    def _deal(self, hand: int) -> None:
+        self.hand, self.formula = hand, ()
+        self.cards = tuple((str(r), str(s)) for r, s in self.deals[hand])
+        self.values = tuple(value(r) for r, _ in self.cards)
 
     def step(self, response_text: str) -> StepResult:
         if not self.cards or self.done:
@@ -167,9 +181,13 @@ class EZPointsEnv(TextEnv):
         if not valid:
             message, reward = INVALID_OBSERVATION, -self.invalid_penalty
         elif token == EQUALS:
-            self.ended, self.success = True, wins(self.values, self.formula)
-            reward = 1.0 if self.success else 0.0
-            message = self._verdict()
+            won, message = wins(self.values, self.formula), self._verdict()
+            if won and self.hand + 1 < len(self.deals):  # the next hand is dealt
+                self._deal(self.hand + 1)
+                message += f" Hand {self.hand + 1} of {len(self.deals)} is dealt."
+            else:
+                self.ended, self.success = True, won
+                reward = 1.0 if won else 0.0
         else:
             self.formula += (token,)
             message = f"You write {token}."
@@ -192,7 +210,7 @@ class EZPointsEnv(TextEnv):
     # -- privileged facts --------------------------------------------------------------
     def state_key(self) -> str:
         self._require()
-        return f"{self.task.id}|f={','.join(self.formula)}|end={int(self.ended)}"
+        return f"{self.task.id}|h={self.hand}|f={','.join(self.formula)}|end={int(self.ended)}"
 
     def distance_to_goal(self) -> int:
         """The fewest tokens to a winning ``=`` (0 once won); ``UNREACHABLE`` (99) when no
@@ -200,11 +218,15 @@ class EZPointsEnv(TextEnv):
         if self.ended:
             return 0 if self.success else UNREACHABLE
         rest = plan(self.values, self.formula)
-        return UNREACHABLE if rest is None else len(rest)
+        return UNREACHABLE if rest is None else len(rest) + 4 * (len(self.deals) - 1 - self.hand)
 
     def optimal_plan(self) -> list[str]:
+        """The current hand's remaining tokens, then every later hand's four."""
         self._require()
-        return [] if self.ended else list(plan(self.values, self.formula) or ())
+        if self.ended or (rest := plan(self.values, self.formula)) is None:
+            return []
+        later = [plan(tuple(value(r) for r, _ in deal), ()) or () for deal in self.deals[self.hand + 1:]]
+        return [*rest, *(t for hand in later for t in hand)]
 
     def expert_action(self, epsilon: float = 0.0, rng: random.Random | None = None) -> str:
         """The next token of the optimal plan; with probability ``epsilon`` instead (half
@@ -294,7 +316,8 @@ class EZPointsEnv(TextEnv):
         down: 4 + 8 or 4 * 3 = 12.").  Kept short: a response must fit the SmolLM2 example's
         ``rollout.max_new_tokens`` (64; these are at most 57 SmolLM2 tokens), or behaviour
         cloning teaches a response the rollouts cut before its action."""
-        ranks = [str(r) for r, _ in task.spec["cards"]]
+        on_table = self.cards and self.task is not None and self.task.id == task.id
+        ranks = [r for r, _ in self.cards] if on_table else [str(r) for r, _ in task.spec["cards"]]
         op = lesson_operator(skill) if self.hidden_cards else None
         if op is not None and (wanted := dict(completions(value(ranks[0]))).get(op)):
             first = value(ranks[0])
@@ -330,6 +353,8 @@ class EZPointsEnv(TextEnv):
             f"and still uses a turn; the game ends after {self.max_turns} turns."
         ) + (" The second card is dealt face down (shown as ?) and turned over when the game "
              "ends." if self.hidden_cards else "") + (
+            f" You play {self.hands} hands in a row: a correct = deals the next hand, a wrong one "
+            "ends the game, and you win when every hand makes 12." if self.hands > 1 else "") + (
             " In this deck the face-down card follows a fixed rule of the visible card that holds "
             "for every deal." if self.level != "full" else "")
 
@@ -377,7 +402,8 @@ class EZPointsEnv(TextEnv):
         cards = ", ".join("? (face down)" if hidden else card_name(c)
                           for c, hidden in zip(self.cards, self._hidden()))
         formula = " ".join(self.formula + ((EQUALS,) if self.ended else ())) or "(empty)"
-        return f"Cards: {cards}.\nFormula: {formula}"
+        hand = f"Hand {self.hand + 1} of {len(self.deals)}. " if len(self.deals) > 1 else ""
+        return f"{hand}Cards: {cards}.\nFormula: {formula}"
 
     def image(self):
         """The table as a PIL image: the two cards and the formula (``image_size``)."""
@@ -408,7 +434,7 @@ class EZPointsEnv(TextEnv):
     def _verdict(self) -> str:
         shown = " ".join(self.formula)
         result = evaluate(self.formula)
-        if self.success:
+        if wins(self.values, self.formula):
             return f"You write =. {shown} = {result}: correct!"
         if unused(self.values, self.formula):
             return f"You write =. {shown} = {result}, but not every card is used."

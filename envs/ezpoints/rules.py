@@ -18,14 +18,14 @@ operators, so without the lesson a player who reads the visible card guesses bet
 ...") and nothing else of the deal beyond its progress line, so the skill written on one deal
 holds on every deal of its family, and a skill of the other family names the wrong operator.
 
-Regions.  EZPoints' episodes are four tokens (the visible value, the operator, the hidden
-value, ``=``); the decisive error is the operator at turn 1, after one prefix turn that every
-player writes the same way (the visible value), so a frozen-actor alignment run sees at most
-one prefix turn per failure and no step advantage on it (its eight samples agree).  ETRO's
-three regions need a longer task whose error falls mid-trajectory: the proposal (not built) is
-household with object places shared across a family of tasks (the same object always lies in
-the same receptacle type in one family of layouts), whose failures search several receptacles
-correctly before the decisive wrong ``take`` or ``put``.
+Regions.  One deal is four tokens (the visible value, the operator, the hidden value, ``=``);
+the decisive error is the operator at turn 1, after one prefix turn that every player writes
+the same way (the visible value), so a frozen-actor alignment run sees at most one prefix turn
+per failure and no step advantage on it (its eight samples agree).  ``env.hands`` (N > 1)
+plays N deals of one family in a row (:func:`hands_panel`; the episode is won when every
+formula makes 12 and lost at the first that does not), so a failure at the second or third
+deal comes after whole deals played right: its prefix holds operator turns whose step
+advantage varies, ETRO's three regions.
 """
 
 from __future__ import annotations
@@ -46,13 +46,17 @@ OPERATOR = {"sum": "+", "product": "*"}  # family -> the operator its face-down 
 _LESSON = re.compile(r"the face-down card always makes 12 with the visible card by ([+*])")
 
 
-def check_level(level: str, hidden_cards: int) -> None:
-    """One-line errors: an unknown level, a rule without a face-down card."""
+def check_level(level: str, hidden_cards: int, hands: int = 1) -> None:
+    """One-line errors: an unknown level, a rule without a face-down card, hands in a row
+    without a rule (gym_cards' deck has no lesson for the later hands)."""
     if level not in LEVELS:
         raise ValueError(f"env.level: {level!r} is not a level of ezpoints; valid: {', '.join(LEVELS)}")
     if level != "full" and hidden_cards != 1:
         raise ValueError(f"env.level: {level!r} is a rule of the face-down card; it needs "
                          f"env.hidden_cards: 1, got {hidden_cards}")
+    if hands != 1 and level == "full":
+        raise ValueError(f"env.hands: {hands} hands in a row need a deck rule (env.level: "
+                         f"{', '.join(RULES)}); gym_cards' deck has no lesson that holds on the next")
 
 
 def family(rule: str, visible: tuple[str, str]) -> str:
@@ -114,3 +118,22 @@ def lesson_operator(skill: str | None) -> str | None:
 
 __all__ = ["AMBIGUOUS", "LEVELS", "OPERATOR", "RULES", "check_level", "family", "lesson",
            "lesson_operator", "rule_deals", "rule_panel"]
+
+
+def hands_panel(tasks: tuple[Task, ...], hands: int) -> tuple[Task, ...]:
+    """Each task of ``tasks`` (one split, one rule) with the next ``hands - 1`` deals of its
+    family in the split after it (cyclically) as later deals: ``spec["deals"]`` lists the
+    card pairs in order, ``spec["cards"]`` stays the first deal's; ids gain ``/hands<N>``."""
+    if hands == 1:
+        return tasks
+    by_family: dict[str | None, list[Task]] = {}
+    for task in tasks:
+        by_family.setdefault(task.spec.get("rule"), []).append(task)
+    out = []
+    for task in tasks:
+        kin = by_family[task.spec.get("rule")]
+        i = kin.index(task)
+        deals = [kin[(i + j) % len(kin)].spec["cards"] for j in range(hands)]
+        out.append(Task(f"{task.id}/hands{hands}", task.env, task.split, task.instruction,
+                        {**task.spec, "deals": deals}))
+    return tuple(out)

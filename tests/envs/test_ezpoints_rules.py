@@ -131,3 +131,57 @@ def test_lesson_donors_pair_within_or_across_families_and_never_the_task_itself(
     assert other[:2] == [2, 2] and other[2] in (0, 1, 4) and other[3] is None
     assert lesson_donors(families, ids, True, "s") == same  # seeded
     assert lesson_donor(None, "t9", families, ids, True, random.Random(0)) is None
+
+
+# -- hands in a row (env.hands): a failure after whole deals played right ---------------------
+
+def scripted(tokens):
+    """An ``act`` that writes ``tokens`` in order."""
+    return lambda env, obs, turns: f"<action>{tokens[len(turns)]}</action>"
+
+
+def test_hands_deal_the_next_deals_of_the_same_family_and_win_only_all_together():
+    env = EZPointsEnv(hidden_cards=1, level="suit", hands=3)
+    tasks, single = env.panel("train"), rule_env("suit").panel("train")
+    assert len(tasks) == len(single) and env.max_turns == 18
+    assert tasks[7].id == f"{single[7].id}/hands3" and tasks[7].spec["cards"] == single[7].spec["cards"]
+    for t in tasks[:100]:
+        deals = t.spec["deals"]
+        assert len(deals) == 3 and deals[0] == t.spec["cards"] and len({str(d) for d in deals}) > 1
+        assert {env.family(custom_like(t, d)) for d in deals} == {t.spec["rule"]}
+    task = tasks[0]
+    plan = env.reset(task) and env.optimal_plan()
+    assert len(plan) == 12 and env.distance_to_goal() == 12 and "Hand 1 of 3." in env.render_text()
+    episode = run_episode(env, task, scripted(plan))
+    assert episode.success and [t.reward for t in episode.turns] == [0.0] * 11 + [1.0]
+    assert episode.distances == list(range(12, -1, -1))  # every hand counts down the distance
+    assert len({t.info["state_key"] for t in episode.turns}) == 12  # the hand is in the state
+
+
+def custom_like(task, cards):
+    """A one-deal task of ``cards`` in ``task``'s family (what :meth:`family` reads)."""
+    return type(task)(task.id, task.env, task.split, task.instruction, {"cards": cards, "rule": task.spec["rule"]})
+
+
+def test_a_wrong_operator_in_the_second_hand_is_the_error_after_a_prefix_of_one_whole_hand():
+    env = EZPointsEnv(hidden_cards=1, level="sum", hands=3)
+    task = env.panel("eval")[3]
+    env.reset(task)
+    plan = env.optimal_plan()
+    tokens = plan[:5] + ["*" if plan[5] == "+" else "+"] + plan[6:]  # hand 2's operator wrong
+    episode = run_episode(env, task, scripted(tokens))
+    assert not episode.success and episode.turns[-1].reward == 0.0 and len(episode.turns) == 8
+    assert error_turn(episode) == 5 and episode.distances[:6] == [12, 11, 10, 9, 8, 7]
+    assert "wrong one ends the game" in env.system_prompt() and "Hand 2 of 3 is dealt." in episode.turns[4].observation  # what turn 4 saw
+    hindsight = Oracle(lambda: EZPointsEnv(hidden_cards=1, level="sum", hands=3)).write(episode)
+    assert hindsight.error_turn == 5 and lesson_operator(hindsight.positive_skill) == "+"
+    assert EZPointsEnv(hidden_cards=1, level="sum").reset(env.panel("eval")[3]) is not None  # a one-hand env plays it
+
+
+def test_hands_need_a_deck_rule_and_stay_within_five():
+    with pytest.raises(ValueError, match=r"^env.hands: 3 hands in a row need a deck rule \(env.level: sum, "
+                                         r"product, suit\); gym_cards' deck has no lesson that holds on the next$"):
+        EZPointsEnv(hidden_cards=1, hands=3)
+    with pytest.raises(ValueError, match=r"^env.hands: 6 is not valid; valid: 1 to 5$"):
+        EZPointsEnv(hidden_cards=1, level="sum", hands=6)
+    assert EZPointsEnv(hidden_cards=1, level="sum").panel("eval")[0].id == "ezpoints/eval/sum-0000"

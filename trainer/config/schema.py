@@ -23,7 +23,6 @@ DEFAULT_LR_TINY = 1e-4
 
 # The backbone name of the random-init CPU model; it also turns the warm start on.
 TINY_BACKBONE = "tiny"
-
 # Its vision-language twin (a random-init Qwen2-VL that reads images: env.images).
 TINY_VL_BACKBONE = "tiny-vl"
 TINY_BACKBONES = (TINY_BACKBONE, TINY_VL_BACKBONE)
@@ -186,10 +185,11 @@ class EnvConfig:
     # Show each observation's image (sokoban, ezpoints) before its text, for a vision-language
     # backbone (tiny-vl, or a Qwen2-VL / Qwen2.5-VL path); the text rendering stays.
     images: bool = False
-    # How many of the last cards lie face down ("?") until the episode ends (ezpoints: 0 or
-    # 1): the observation then hides what the oracle's hindsight names, so a skill can change
-    # what the policy does (issue 36).  0 = every card face up.
+    # How many of the last cards lie face down ("?") until the episode ends (ezpoints; issue 36:
+    # the observation hides what the oracle's hindsight names).  0 = every card face up.
     hidden_cards: int = field(default=0, metadata={"ge": 0, "le": 1})
+    # Deals of one family an ezpoints episode plays in a row (> 1 needs a deck rule; issue 44).
+    hands: int = field(default=1, metadata={"ge": 1, "le": 5})
 
 
 @dataclass(frozen=True)

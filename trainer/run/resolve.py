@@ -83,9 +83,13 @@ def check_registered(cfg: RunConfig) -> None:
         with_hidden = [n for n in envs.names() if envs.has_option(n, "hidden_cards")]
         raise ConfigError(f"env.hidden_cards: {cfg.env.name} deals no cards face down; envs with "
                           f"hidden cards: {', '.join(with_hidden)}")
+    if cfg.env.hands != 1 and not envs.has_option(cfg.env.name, "hands"):
+        with_hands = [n for n in envs.names() if envs.has_option(n, "hands")]
+        raise ConfigError(f"env.hands: {cfg.env.name} plays one task an episode; envs with hands: "
+                          f"{', '.join(with_hands)}")
     try:  # the env's own rules for its options together (ezpoints: a deck rule needs hidden_cards 1)
         envs.env_class(cfg.env.name).check_options(**envs.env_options(
-            cfg.env.name, cfg.env.level, hidden_cards=cfg.env.hidden_cards))
+            cfg.env.name, cfg.env.level, hidden_cards=cfg.env.hidden_cards, hands=cfg.env.hands))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     text_only = is_builtin_backbone(cfg.model.backbone) and cfg.model.backbone != TINY_VL_BACKBONE

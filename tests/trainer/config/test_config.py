@@ -350,6 +350,15 @@ def test_env_factory_passes_level_and_switch_to_the_env():
     with pytest.raises(ConfigError, match=r"^env.level: 'suit' is a rule of the face-down card; it needs "
                                           r"env.hidden_cards: 1, got 0$"):  # before any env is built
         resolve(apply_overrides(RunConfig(), ["env.name=ezpoints", "env.level=suit"]))
+    hands = env_factory(resolve(apply_overrides(RunConfig(), ["env.name=ezpoints", "env.hidden_cards=1",
+                                                              "env.level=suit", "env.hands=3"])))()
+    assert (hands.hands, hands.max_turns, len(hands.panel("eval")[0].spec["deals"])) == (3, 18, 3)
+    with pytest.raises(ConfigError, match=r"^env.hands: 3 hands in a row need a deck rule"):
+        resolve(apply_overrides(RunConfig(), ["env.name=ezpoints", "env.hidden_cards=1", "env.hands=3"]))
+    with pytest.raises(ConfigError, match=r"^env.hands: household plays one task an episode; envs with hands: ezpoints$"):
+        resolve(apply_overrides(RunConfig(), ["env.hands=2"]))
+    with pytest.raises(ConfigError, match="env.hands: expected an integer >= 1 and <= 5, got 0"):
+        apply_overrides(RunConfig(), ["env.name=ezpoints", "env.hands=0"])
 
     env = env_factory(resolve(apply_overrides(RunConfig(), ["env.level=small", "env.show_admissible=false"])))()
     assert (env.level, env.show_admissible) == ("small", False)
