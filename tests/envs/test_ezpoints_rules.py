@@ -185,3 +185,25 @@ def test_hands_need_a_deck_rule_and_stay_within_five():
     with pytest.raises(ValueError, match=r"^env.hands: 6 is not valid; valid: 1 to 5$"):
         EZPointsEnv(hidden_cards=1, level="sum", hands=6)
     assert EZPointsEnv(hidden_cards=1, level="sum").panel("eval")[0].id == "ezpoints/eval/sum-0000"
+
+
+def test_the_guessers_failures_give_each_of_etros_regions_thirty_turns_in_128_episodes():
+    """What ``env.hands`` is for: the demonstrator without the lesson (it guesses the operator)
+    fails after whole hands played right, so its prefix holds operator turns; one hand's does not."""
+    def regions(hands):
+        env = EZPointsEnv(hidden_cards=1, level="suit", hands=hands)
+        counts, prefix_ops = Counter(), 0
+        for task in env.panel("train")[:128]:
+            episode = run_episode(env, task, demo_policy(0.0, seed=f"g{task.id}"))
+            k = error_turn(episode)
+            if episode.success or k is None:
+                continue
+            for i, turn in enumerate(episode.turns):
+                counts["prefix" if i < k else "error" if i == k else "suffix"] += 1
+                prefix_ops += i < k and turn.info["action"] in ("+", "*")
+        return counts, prefix_ops
+    one, one_ops = regions(1)
+    three, three_ops = regions(3)
+    assert one_ops == 0 and three_ops >= 30
+    assert min(three["prefix"], three["error"], three["suffix"]) >= 30, three
+    assert three["prefix"] > 2 * one["prefix"]
