@@ -20,7 +20,7 @@ from trainer.config import ConfigError
 from trainer.models.folders import require_model_folder
 from trainer.protocols.alignment import SCORING_METHOD, alignment_records
 from trainer.protocols.continuations import continuations, suite_for
-from trainer.protocols.skill_signal import MOVED, TRANSFERS, skill_signal
+from trainer.protocols.skill_signal import MOVED, PARTS, TRANSFERS, skill_signal
 from trainer.run.components import build_components, env_factory, start_rl
 from trainer.run.resolve import load_config, resolve
 from trainer.run.store import git_sha
@@ -105,6 +105,11 @@ def _skill_command(ctx, args) -> int:
           f"mean {signal['delta_mean']:+.3f} nats; gate {signal['gate_mean']:.3f} +/- "
           f"{signal['gate_std']:.3f} (std); |Delta| >= {MOVED:g} nat on {signal['moved_share']:.1%} of them "
           f"(mean |Delta| {signal['moved_delta_abs']:.2f} there)")
+    print(f"moved (|Delta| >= {MOVED:g}) by part of the response: " + ", ".join(
+        f"{part} {signal[f'moved_{part}']:.0f} of {signal[f'tokens_{part}']:.0f}" for part in PARTS))
+    if signal["most_moved"]:
+        print("most moved: " + "; ".join(f"{m['token']!r} after {m['before'][-24:]!r} {m['delta']:+.2f} ({m['part']})"
+                                         for m in signal["most_moved"]))
     pairs = signal["paired_differences"]
     signal["lift_ci_low"], signal["lift_ci_high"] = bootstrap_ci(pairs, seed=cfg.seed)
     print(f"success with the skill in context {signal['success_skill']:.3f}, without "

@@ -13,8 +13,13 @@ exactly as at RL time (the student's history, ``added_skills``, cut to
 over every action token of a trajectory with a valid skill.  A response is mostly tokens that
 its own earlier tokens settle (the format, a thought that copies the cards), where any skill
 leaves the log-prob where it was, so the mean |Delta| is diluted by them: the tokens the skill
-moves by at least :data:`MOVED` nats are counted apart (their share, and their mean |Delta|).
-Then the same trajectories'
+moves by at least :data:`MOVED` nats are counted apart (their share, and their mean |Delta|),
+and by the part of the response they lie in (:func:`response_parts`: the thought, the action,
+the format around them), with the most moved of them and the text before each: whether the
+skill moves the decisive token or the first words of a reasoning the policy without it never
+writes (EZPoints' first rule warm start: its reasoning's first comma, by 7-19 nats, and no
+action token; a distillation of that context onto the policy's own samples teaches the
+comma away, not the lesson).  Then the same trajectories'
 tasks are played again twice with common request seeds: with the skill in the actor's context
 (Skill-Prompt) and without.  Each replayed task gives one paired difference
 (success with - success without, in {-1, 0, 1}); their mean is the Skill-Prompt lift, and
@@ -32,6 +37,8 @@ Never an update, and nothing here reaches evaluation.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 from tqdm.auto import tqdm
@@ -51,6 +58,29 @@ def _success(trajectories) -> float:
 
 # nats: a token whose probability the skill multiplies or divides by e or more is "moved"
 MOVED = 1.0
+PARTS = ("thought", "action", "format")  # where a response token lies (response_parts)
+MOST_MOVED = 8  # moved tokens listed, with the text before each
+_TAG = re.compile(r"<(/?)(think|action)>")
+
+
+def response_parts(pieces: list[str]) -> list[str]:
+    """The part of a response each of its decoded token ``pieces`` lies in: ``thought`` inside
+    ``<think>...</think>``, ``action`` inside ``<action>...</action>``, ``format`` for the tags
+    themselves and anything outside them.  A piece is labelled by its first character that is
+    not a space (so a piece that begins a tag, "</", is ``format``)."""
+    text = "".join(pieces)
+    label, inside, at = [], "format", 0
+    for tag in _TAG.finditer(text):
+        label += [inside] * (tag.start() - at) + ["format"] * (tag.end() - tag.start())
+        inside, at = ("format" if tag[1] else {"think": "thought", "action": "action"}[tag[2]]), tag.end()
+    label += [inside] * (len(text) - at)
+    parts, at = [], 0
+    for piece in pieces:
+        first = next((i for i, ch in enumerate(piece) if not ch.isspace()), 0)
+        parts.append(label[at + first] if piece else "format")
+        at += len(piece)
+    return parts
+
 
 PHASES = ("play", "write", "score", "replay with skill", "replay without")
 # the transfer mode's donors: the same family on another task, and another family
@@ -104,6 +134,7 @@ def _signal(ctx: Components, tasks: int, samples: int, bar, transfer: bool) -> d
     assert_same_actions(student_seq, teacher_seq)
     mask = student.mask.bool()  # [B, T]
     delta = (teacher.logp - student.logp)[mask]  # [N] action tokens
+    out.update(where_moved(ctx.tokenizer, student_seq, teacher.logp - student.logp, mask))
     gate = torch.sigmoid(cfg.algo.beta_opd * delta)
     size = delta.abs()
     moved = size[size >= MOVED]
@@ -128,6 +159,28 @@ def _signal(ctx: Components, tasks: int, samples: int, bar, transfer: bool) -> d
             "success_no_skill": _success(without),
             "paired_differences": [float(a.episode.success) - float(b.episode.success)
                                    for a, b in zip(with_skill, without, strict=True)]}
+
+
+def where_moved(tokenizer, sequences, delta: torch.Tensor, mask: torch.Tensor) -> dict:
+    """Where the skill moves tokens: per part of the response (:data:`PARTS`), ``moved_<part>``
+    (tokens with |Delta| >= :data:`MOVED`) and ``tokens_<part>``; ``most_moved``: the
+    :data:`MOST_MOVED` largest |Delta| (``token``, ``before``: the sequence's text just before
+    it, ``delta``, ``part``).  ``delta`` / ``mask``: ``[B, T]`` over each sequence's action
+    tokens in order (``ActionBatch``'s layout)."""
+    counts = {f"{kind}_{part}": 0 for part in PARTS for kind in ("moved", "tokens")}
+    moved = []
+    for row, seq in enumerate(sequences):
+        positions = [p for p, m in enumerate(seq.action_mask) if m]
+        pieces = [tokenizer.decode([seq.input_ids[p]]) for p in positions]
+        gaps = delta[row][mask[row]].tolist()
+        for p, piece, part, gap in zip(positions, pieces, response_parts(pieces), gaps, strict=True):
+            counts[f"tokens_{part}"] += 1
+            if abs(gap) >= MOVED:
+                counts[f"moved_{part}"] += 1
+                moved.append({"token": piece, "before": tokenizer.decode(seq.input_ids[max(0, p - 8):p]),
+                              "delta": gap, "part": part})
+    moved.sort(key=lambda m: -abs(m["delta"]))
+    return {**{k: float(v) for k, v in counts.items()}, "most_moved": moved[:MOST_MOVED]}
 
 
 def _donor_replay(ctx: Components, name: str, replay, given: list[str | None], without, sampling,

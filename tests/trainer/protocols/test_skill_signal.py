@@ -40,8 +40,14 @@ def test_the_skill_signal_leaves_the_actor_unchanged_and_is_consistent(tmp_path)
     pairs = signal.pop("paired_differences")  # one per replayed task, with - without
     assert len(pairs) == 6 and set(pairs) <= {-1.0, 0.0, 1.0}
     assert sum(pairs) / 6 == pytest.approx(signal["success_skill"] - signal["success_no_skill"])
+    parts = ("thought", "action", "format")  # every scored token lies in one part of its response
+    assert sum(signal[f"tokens_{p}"] for p in parts) == signal["tokens"]
+    assert sum(signal[f"moved_{p}"] for p in parts) == pytest.approx(signal["moved_share"] * signal["tokens"])
+    listed = [abs(m["delta"]) for m in signal["most_moved"]]
+    assert listed == sorted(listed, reverse=True) and all(d >= 1.0 for d in listed) and len(listed) <= 8
     again = skill_signal(ctx, tasks=3, samples=2)
-    assert again.pop("paired_differences") == pairs and again == pytest.approx(signal)  # seeded throughout
+    assert again.pop("paired_differences") == pairs and again.pop("most_moved") == signal.pop("most_moved")
+    assert again == pytest.approx(signal)  # seeded throughout
 
 
 def test_diagnose_skill_command_prints_and_writes_the_signal(tmp_path, capsys):
@@ -54,7 +60,7 @@ def test_diagnose_skill_command_prints_and_writes_the_signal(tmp_path, capsys):
     assert signal["lift_ci_low"] <= signal["lift_ci_high"]  # two pairs: a bootstrap interval
     printed = capsys.readouterr().out
     assert "mean |Delta|" in printed and "success with the skill in context" in printed
-    assert "|Delta| >= 1 nat on " in printed
+    assert "|Delta| >= 1 nat on " in printed and "moved (|Delta| >= 1) by part of the response: thought " in printed
     assert "95% paired bootstrap interval" in printed and "over 2 pairs" in printed
 
 
@@ -116,3 +122,34 @@ def test_diagnose_skill_transfer_prints_and_writes_both_lifts(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         "error: --transfer: env ezpoints (level full) defines no task families to take another task's "
         "skill from; envs with them: ezpoints with env.level: sum, product or suit (suit for the shuffled control)")
+
+
+def test_response_parts_follow_the_tags_a_token_begins_in():
+    from trainer.protocols.skill_signal import response_parts
+
+    pieces = ["<", "think", ">", "4", " is", " 4", ",", " the", "</", "think", "><", "action", ">", " +",
+              "</", "action", ">", "\n", "<think>", "ok", "</think>", "<action>", "=", "</action>"]
+    assert response_parts(pieces) == (["format"] * 3 + ["thought"] * 5 + ["format"] * 5 + ["action"]
+                                      + ["format"] * 5 + ["thought", "format", "format", "action", "format"])
+    assert response_parts(["go", " east"]) == ["format", "format"] and response_parts([]) == []
+
+
+def test_where_moved_counts_each_part_and_lists_the_most_moved_with_their_context():
+    """A planted Delta: -9 on the thought's comma, +2 on the action, 0.5 elsewhere."""
+    from types import SimpleNamespace
+
+    from trainer.protocols.skill_signal import where_moved
+
+    vocab = ["prompt", "<think>", "4", " is", " 4", ",", " other", "</think>", "<action>", "+", "</action>"]
+    tokenizer = SimpleNamespace(decode=lambda ids: "".join(vocab[i] for i in ids))
+    ids = list(range(len(vocab)))
+    seq = SimpleNamespace(input_ids=ids, action_mask=[0] + [1] * (len(vocab) - 1))
+    gaps = {",": -9.0, "+": 2.0}
+    delta = torch.tensor([[gaps.get(vocab[i], 0.5) for i in ids[1:]] + [float("nan")]])
+    mask = torch.tensor([[True] * (len(vocab) - 1) + [False]])
+    out = where_moved(tokenizer, [seq], delta, mask)
+    assert (out["tokens_thought"], out["tokens_action"], out["tokens_format"]) == (5, 1, 4)
+    assert (out["moved_thought"], out["moved_action"], out["moved_format"]) == (1, 1, 0)
+    first, second = out["most_moved"]
+    assert (first["token"], first["delta"], first["part"]) == (",", -9.0, "thought")
+    assert first["before"] == "prompt<think>4 is 4" and (second["token"], second["part"]) == ("+", "action")
