@@ -102,7 +102,7 @@ demo-figure:
 # LoRA and its card played on vLLM's CPU engine, the merged weights pushed to it: 2.2 times
 # as fast as the transformers backend (docs/results/smollm2_warm_start.md); its face-down
 # variant (env.hidden_cards: 1) takes about 21 minutes of training and 9 of evaluation; the
-# deck-rule variant (env.level: suit, issue 44) about 29 and 8.
+# deck-rule variant (env.level: suit, issue 44) about 26 and 7.
 warm-start: $(VENV)/.installed $(VENV_VLLM)/.installed
 	$(PY) scripts/warm_start.py examples/household_small.yaml \
 		--out trainer/assets/warm_start/household-small --eval-tasks 60

@@ -133,6 +133,7 @@ class EZPointsEnv(TextEnv):
         self.formula: Formula = ()
         self.deals: tuple = ()  # every hand's cards (the current one: self.hand)
         self.hand = 0
+        self._committed: str | None = None  # the guesser's operator under a rule (its thought's)
         self.ended = False  # "=" written on the last hand, or on a lost one
         self.success = False
         self.done = False
@@ -167,7 +168,7 @@ class EZPointsEnv(TextEnv):
         return self.replay_actions(self._observe("The cards are dealt."), replay)
 
     def _deal(self, hand: int) -> None:
-        self.hand, self.formula = hand, ()
+        self.hand, self.formula, self._committed = hand, (), None
         self.cards = tuple((str(r), str(s)) for r, s in self.deals[hand])
         self.values = tuple(value(r) for r, _ in self.cards)
 
@@ -267,10 +268,11 @@ class EZPointsEnv(TextEnv):
     def _guess(self, history: Sequence[Turn], rng: random.Random) -> str:
         """The observation-consistent guesser's next token (module docstring)."""
         first = self._visible_value()
-        if not self.formula:
+        if not self.formula:  # under a rule it commits to an operator first: its thought names it
+            self._committed = rng.choice([op for op, _ in completions(first)]) if self.level != "full" else None
             return str(first)
         if len(self.formula) == 1:
-            return rng.choice([op for op, _ in completions(first)] or [EQUALS])
+            return self._committed or rng.choice([op for op, _ in completions(first)] or [EQUALS])
         if len(self.formula) == 2:
             tried = {t.action for t in history if not t.valid}
             wanted = [str(x) for op, x in completions(first) if op == self.formula[1]]
@@ -313,16 +315,22 @@ class EZPointsEnv(TextEnv):
         hindsight says: 4 + 3 = 7, 4 * 3 = 12."; cloned on the formula alone, SmolLM2 copied
         the cards from the skill but wrote "9 * 3 = 27" as often as not), or, with no skill
         naming them, the completions the visible card allows ("4 is 4, the other card is face
-        down: 4 + 8 or 4 * 3 = 12.").  Kept short: a response must fit the SmolLM2 example's
+        down: 4 + 8 or 4 * 3 = 12.").  Under a deck rule one sentence with the lesson's operator
+        or the one the guesser committed to ("4 is 4 and the face-down card makes 12 with it by
+        +: 4 + 8 = 12."), so that the skill changes one token of the thought, the decisive one:
+        when the skilled thought was another sentence ("... as the hindsight says"), SmolLM2's
+        own no-skill samples never reached the token where the lesson decides, and distilling
+        the skilled context onto them pushed down its reasoning's first comma by 7-19 nats
+        instead (docs/results/learnable_lesson.md).  Kept short: a response must fit the SmolLM2 example's
         ``rollout.max_new_tokens`` (64; these are at most 57 SmolLM2 tokens), or behaviour
         cloning teaches a response the rollouts cut before its action."""
         on_table = self.cards and self.task is not None and self.task.id == task.id
         ranks = [r for r, _ in self.cards] if on_table else [str(r) for r, _ in task.spec["cards"]]
         op = lesson_operator(skill) if self.hidden_cards else None
+        op = op or (self._committed if self.level != "full" and on_table else None)
         if op is not None and (wanted := dict(completions(value(ranks[0]))).get(op)):
-            first = value(ranks[0])
-            return (f"{ranks[0]} is {first} and the face-down card makes {TARGET} with it by {op} "
-                    f"as the hindsight says: {first} {op} {wanted} = {TARGET}.")
+            first = value(ranks[0])  # one sentence with the lesson or without: only the operator differs
+            return f"{ranks[0]} is {first} and the face-down card makes {TARGET} with it by {op}: {first} {op} {wanted} = {TARGET}."
         named = skill_values(skill) if self.hidden_cards else None
         if self.hidden_cards and not named:
             first = value(ranks[0])

@@ -12,6 +12,7 @@ import pytest
 from envs.base import demo_policy, error_turn, lesson_donor, lesson_donors, run_episode
 from envs.ezpoints import EZPointsEnv
 from envs.ezpoints.cards import SPLIT_SIZES, custom_task, value
+from envs.ezpoints.env import completions
 from envs.ezpoints.rules import AMBIGUOUS, RULES, lesson, lesson_operator, rule_deals
 from envs.oracle import Oracle
 
@@ -111,16 +112,30 @@ def test_a_skill_of_another_deal_of_the_same_rule_wins_and_another_rules_loses(l
     assert not any(e.success for e in play(env, tasks, [skills[j] for j in other]))
 
 
-def test_the_demonstrator_thinks_with_the_lesson_it_reads():
+def test_the_demonstrator_thinks_with_the_lesson_it_reads_in_the_sentence_it_guesses_in():
+    """With the lesson or without, one sentence: only the operator differs (the decisive token
+    the skill moves is one that the no-skill policy's own samples pass through)."""
     env = rule_env("sum")
     task = env.panel("train")[0]
     env.reset(task)
     first = value(task.spec["cards"][0][0])
     skill = lesson("sum", tuple(task.spec["cards"][0]))
-    assert env.demo_thought(task, skill) == (f"{task.spec['cards'][0][0]} is {first} and the face-down "
-                                             f"card makes 12 with it by + as the hindsight says: "
-                                             f"{first} + {12 - first} = 12.")
-    assert "face down:" in env.demo_thought(task)  # no skill: the two completions
+    said = "{} is {} and the face-down card makes 12 with it by {}: {} {} {} = 12."
+    card, ops = task.spec["cards"][0][0], dict(completions(first))
+    assert env.demo_thought(task, skill) == said.format(card, first, "+", first, "+", ops["+"])
+    assert "face down:" in env.demo_thought(task)  # nothing committed yet: the two completions
+    guesses = Counter()
+    for i in range(40):  # the guesser commits to an operator at its first turn and thinks it
+        episode = run_episode(env, task, demo_policy(0.0, seed=f"c{i}"))
+        op = episode.turns[1].info["action"]
+        guesses[op] += 1
+        assert {t.response.split("</think>")[0] for t in episode.turns} == \
+            {"<think>" + said.format(card, first, op, first, op, ops[op])}
+    assert set(guesses) == {"+", "*"}
+    full = EZPointsEnv(hidden_cards=1)  # gym_cards' deck: the guesser's thought is unchanged
+    full_task = full.panel("train")[0]
+    episode = run_episode(full, full_task, demo_policy(0.0, seed="c0"))
+    assert all("face down:" in t.response for t in episode.turns)
 
 
 def test_lesson_donors_pair_within_or_across_families_and_never_the_task_itself():
