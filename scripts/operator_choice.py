@@ -64,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
             step = int(path.stem.split("_")[1])
             right, written, episodes = first_operators(pd.read_parquet(path), family)
             logged = metrics[(metrics["run_uuid"] == run) & (metrics["step"] == step)].set_index("key")["value"]
+            success, invalid = (logged.get(f"eval/eval/{k}", float("nan")) for k in ("success", "invalid_rate"))
             print(f"{row['method']} | {row['seed']} | {row['lr']} | {step} | {right} / {written} / {episodes} | "
-                  f"{logged.get('eval/eval/success', float('nan')):.3f} | {logged.get('eval/eval/invalid_rate', float('nan')):.3f}")
+                  f"{success:.3f} | {invalid:.3f}")
     return 0
 
 

@@ -33,9 +33,10 @@ rule of the visible card across every deal, so the oracle's hindsight states a l
 transfers to the next deal ("the face-down card always makes 12 with the visible card by +").
 They need ``hidden_cards=1``.  ``hands`` (N > 1) deals N hands in a row, each dealt once the
 last made 12; the episode is won when the last one does and lost at the first that does not
-(:func:`~envs.ezpoints.rules.hands_panel`; the turn budget and the distance count every hand).  Under a rule the skilled demonstrator follows the operator the
-skill's lesson names (:func:`~envs.ezpoints.rules.lesson_operator`) on the visible card, and
-the unskilled one guesses between the two operators every rule's visible card allows.
+(:func:`~envs.ezpoints.rules.hands_panel`; the turn budget and the distance count every hand).
+Under a rule the skilled demonstrator follows the operator the skill's lesson names
+(:func:`~envs.ezpoints.rules.lesson_operator`) on the visible card, and the unskilled one
+guesses between the two operators every rule's visible card allows.
 """
 
 from __future__ import annotations
@@ -64,7 +65,14 @@ from envs.ezpoints.cards import (
     wins,
 )
 from envs.ezpoints.render import draw
-from envs.ezpoints.rules import LEVELS, check_level, hands_panel, lesson, lesson_operator, rule_panel
+from envs.ezpoints.rules import (
+    LEVELS,
+    check_level,
+    hands_panel,
+    lesson,
+    lesson_operator,
+    rule_panel,
+)
 
 INVALID_OBSERVATION = "Nothing happens."
 _WORDS = {"plus": "+", "add": "+", "times": "*", "x": "*", "\u00d7": "*", "multiply": "*",
@@ -330,7 +338,8 @@ class EZPointsEnv(TextEnv):
         op = op or (self._committed if self.level != "full" and on_table else None)
         if op is not None and (wanted := dict(completions(value(ranks[0]))).get(op)):
             first = value(ranks[0])  # one sentence with the lesson or without: only the operator differs
-            return f"{ranks[0]} is {first} and the face-down card makes {TARGET} with it by {op}: {first} {op} {wanted} = {TARGET}."
+            return (f"{ranks[0]} is {first} and the face-down card makes {TARGET} with it by {op}: "
+                    f"{first} {op} {wanted} = {TARGET}.")
         named = skill_values(skill) if self.hidden_cards else None
         if self.hidden_cards and not named:
             first = value(ranks[0])

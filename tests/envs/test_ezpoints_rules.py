@@ -187,7 +187,8 @@ def test_a_wrong_operator_in_the_second_hand_is_the_error_after_a_prefix_of_one_
     episode = run_episode(env, task, scripted(tokens))
     assert not episode.success and episode.turns[-1].reward == 0.0 and len(episode.turns) == 8
     assert error_turn(episode) == 5 and episode.distances[:6] == [12, 11, 10, 9, 8, 7]
-    assert "wrong one ends the game" in env.system_prompt() and "Hand 2 of 3 is dealt." in episode.turns[4].observation  # what turn 4 saw
+    assert "wrong one ends the game" in env.system_prompt()
+    assert "Hand 2 of 3 is dealt." in episode.turns[4].observation  # what turn 4 saw
     hindsight = Oracle(lambda: EZPointsEnv(hidden_cards=1, level="sum", hands=3)).write(episode)
     assert hindsight.error_turn == 5 and lesson_operator(hindsight.positive_skill) == "+"
     assert EZPointsEnv(hidden_cards=1, level="sum").reset(env.panel("eval")[3]) is not None  # a one-hand env plays it

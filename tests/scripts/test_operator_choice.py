@@ -39,8 +39,9 @@ def test_it_prints_a_line_per_trial_and_step_from_a_store_moved_with_its_trials(
     script = script_module("operator_choice")
     _, red, _ = panel()
     store = tmp_path / "moved" / "mlruns.db"
-    (tmp_path / "moved" / "trials" / "abc-s0" / "records").mkdir(parents=True)
-    records([("eval", red, 0, 1, "+")]).to_parquet(tmp_path / "moved" / "trials" / "abc-s0" / "records" / "step_000003.parquet")
+    step = tmp_path / "moved" / "trials" / "abc-s0" / "records" / "step_000003.parquet"
+    step.parent.mkdir(parents=True)
+    records([("eval", red, 0, 1, "+")]).to_parquet(step)
     with sqlite3.connect(store) as db:
         db.execute("create table params (run_uuid, key, value)")
         db.execute("create table tags (run_uuid, key, value)")

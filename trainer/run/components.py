@@ -109,8 +109,8 @@ class Components:
 def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
     options = envs.env_options(cfg.env.name, cfg.env.level, cfg.env.show_admissible,
                                cfg.env.action_format, cfg.env.images, cfg.env.action_match,
-                               cfg.env.progress_reward, cfg.env.hidden_cards, cfg.env.hands, max_turns=cfg.env.max_turns,
-                               invalid_penalty=cfg.env.invalid_penalty)
+                               cfg.env.progress_reward, cfg.env.hidden_cards, cfg.env.hands,
+                               max_turns=cfg.env.max_turns, invalid_penalty=cfg.env.invalid_penalty)
     return functools.partial(envs.make, cfg.env.name, **options)
 
 

@@ -355,7 +355,8 @@ def test_env_factory_passes_level_and_switch_to_the_env():
     assert (hands.hands, hands.max_turns, len(hands.panel("eval")[0].spec["deals"])) == (3, 18, 3)
     with pytest.raises(ConfigError, match=r"^env.hands: 3 hands in a row need a deck rule"):
         resolve(apply_overrides(RunConfig(), ["env.name=ezpoints", "env.hidden_cards=1", "env.hands=3"]))
-    with pytest.raises(ConfigError, match=r"^env.hands: household plays one task an episode; envs with hands: ezpoints$"):
+    with pytest.raises(ConfigError, match=r"^env.hands: household plays one task an episode; envs with "
+                                          r"hands: ezpoints$"):
         resolve(apply_overrides(RunConfig(), ["env.hands=2"]))
     with pytest.raises(ConfigError, match="env.hands: expected an integer >= 1 and <= 5, got 0"):
         apply_overrides(RunConfig(), ["env.name=ezpoints", "env.hands=0"])
