@@ -328,7 +328,7 @@ class EZPointsEnv(TextEnv):
         +: 4 + 8 = 12."), so that the skill changes one token of the thought, the decisive one:
         when the skilled thought was another sentence ("... as the hindsight says"), SmolLM2's
         own no-skill samples never reached the token where the lesson decides, and distilling
-        the skilled context onto them pushed down its reasoning's first comma by 7-19 nats
+        the skilled context onto them pushed down its reasoning's first comma by 9-13 nats
         instead (docs/results/learnable_lesson.md).  Kept short: a response must fit the SmolLM2 example's
         ``rollout.max_new_tokens`` (64; these are at most 57 SmolLM2 tokens), or behaviour
         cloning teaches a response the rollouts cut before its action."""

@@ -17,7 +17,7 @@ moves by at least :data:`MOVED` nats are counted apart (their share, and their m
 and by the part of the response they lie in (:func:`response_parts`: the thought, the action,
 the format around them), with the most moved of them and the text before each: whether the
 skill moves the decisive token or the first words of a reasoning the policy without it never
-writes (EZPoints' first rule warm start: its reasoning's first comma, by 7-19 nats, and no
+writes (EZPoints' first rule warm start: its reasoning's first comma, by 9-13 nats, and no
 action token; a distillation of that context onto the policy's own samples teaches the
 comma away, not the lesson).  Then the same trajectories'
 tasks are played again twice with common request seeds: with the skill in the actor's context
