@@ -21,9 +21,8 @@ from pathlib import Path
 import pandas as pd
 
 from envs.ezpoints import EZPointsEnv
+from envs.ezpoints.cards import OPERATORS
 from envs.ezpoints.rules import OPERATOR
-
-OPERATORS = ("+", "*")
 
 
 def trials(store: Path) -> pd.DataFrame:
@@ -56,9 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs, metrics = trials(args.store)
     print("method | seed | lr | step | first operator right / written / episodes | success | invalid")
+    families = {}  # level -> task id -> family, built once a level
+    for level in runs["level"].unique():
+        env = EZPointsEnv(hidden_cards=1, level=level)
+        families[level] = {t.id: env.family(t) for split in env.splits for t in env.panel(split)}
     for run, row in runs.sort_values(["method", "lr", "seed"]).iterrows():
-        env = EZPointsEnv(hidden_cards=1, level=row["level"])
-        family = {t.id: env.family(t) for split in env.splits for t in env.panel(split)}
+        family = families[row["level"]]
         moved = args.store.parent / "trials" / Path(row["out"]).name  # the store's folder, if it moved
         for path in sorted(((moved if moved.is_dir() else Path(row["out"])) / "records").glob("step_*.parquet")):
             step = int(path.stem.split("_")[1])

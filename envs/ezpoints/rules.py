@@ -116,7 +116,7 @@ def lesson_operator(skill: str | None) -> str | None:
     return match[1] if match else None
 
 
-__all__ = ["AMBIGUOUS", "LEVELS", "OPERATOR", "RULES", "check_level", "family", "lesson",
+__all__ = ["AMBIGUOUS", "LEVELS", "OPERATOR", "RULES", "check_level", "family", "hands_panel", "lesson",
            "lesson_operator", "rule_deals", "rule_panel"]
 
 
@@ -127,12 +127,14 @@ def hands_panel(tasks: tuple[Task, ...], hands: int) -> tuple[Task, ...]:
     if hands == 1:
         return tasks
     by_family: dict[str | None, list[Task]] = {}
+    place = []  # each task's index among its family's tasks
     for task in tasks:
-        by_family.setdefault(task.spec.get("rule"), []).append(task)
+        kin = by_family.setdefault(task.spec.get("rule"), [])
+        place.append(len(kin))
+        kin.append(task)
     out = []
-    for task in tasks:
+    for task, i in zip(tasks, place, strict=True):
         kin = by_family[task.spec.get("rule")]
-        i = kin.index(task)
         deals = [kin[(i + j) % len(kin)].spec["cards"] for j in range(hands)]
         out.append(Task(f"{task.id}/hands{hands}", task.env, task.split, task.instruction,
                         {**task.spec, "deals": deals}))
