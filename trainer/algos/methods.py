@@ -29,7 +29,7 @@ LIBRARY_SOURCES = ("oracle", "self")
 """Who writes a static skill library: the privileged oracle from expert episodes, or the
 policy's own writer, once, at the RL initialisation (SEED Table 2: "skills generated once,
 from an early checkpoint, never refreshed")."""
-TEACHERS = ("old", "current")
+TEACHERS = ("old", "current", "initial")
 
 SEED = "SEED (Wu et al. 2026, arXiv 2607.14777; review by Z. Zhou)"
 ETRO = "ETRO (Huang & Zhu 2026, arXiv 2610.23048)"
@@ -310,10 +310,10 @@ _TABLE = [
                "from the oracle's skill: does distillation internalize the lesson?",
                f"{SEED}: Eq. 1 without Eq. RL; the internalization test (Skill-Prompt vs SEED)",
                "OPD only"),
-    # With OPSD's signed loss (-Delta grad log pi) for the gate, which weighs a token the skill
-    # leaves alone (Delta ~ 0) by ~0.5: only the tokens the lesson moves are pushed.
-    *_opd_only("opd_only_signed", "opsd", "OPD alone with OPSD's signed sampled-token loss "
-               "(no gate) from the oracle's skill: the test without the gate's self-sharpening",
+    # With OPSD's loss (top-k reverse KL; opsd_top_k 0: -Delta grad log pi) for the gate, which
+    # weighs a token the skill leaves alone (Delta ~ 0) by ~0.5: only what the lesson moves moves.
+    *_opd_only("opd_only_signed", "opsd", "OPD alone with OPSD's ungated loss (the top-k reverse "
+               "KL) from the oracle's skill: the test without the gate's self-sharpening",
                f"{SEED}: the internalization test with Zhao et al. 2026a's loss (not SEED's gate)",
                "OPD only, signed"),
     _plain(

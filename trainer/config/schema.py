@@ -153,10 +153,9 @@ class EnvConfig:
     # Reward subtracted per invalid (unparseable/inadmissible) step, episode continues; 0 = the
     # papers' binary outcome; verl-agent's ALFWorld/WebShop recipes use 0.1 (a study setting).
     invalid_penalty: float = field(default=0.0, metadata={"ge": 0.0})
-    # c >= 0: every valid step also earns c * (d_before - d_after) / d_0, d the oracle's
-    # distance to the goal, so an episode returns its outcome plus c times the share of the
-    # optimal plan it covered (potential-based shaping; household only).  0 = the papers'
-    # outcome reward.  Opt-in: groups in which every episode fails still rank by progress.
+    # c >= 0: each valid step also earns c * (d_before - d_after) / d_0 (d: the oracle's distance
+    # to the goal; potential-based shaping, household only), so all-failed groups still rank by
+    # progress. 0 = the papers' outcome reward.
     progress_reward: float = field(default=0.0, metadata={"ge": 0.0})
     # Training split to sample tasks from.
     train_split: str = "train"
@@ -279,13 +278,13 @@ class AlgoConfig:
     suffix_weight: float = field(default=0.0, metadata={"ge": 0.0})
     # Which skill's Delta the suffix uses when suffix_weight > 0.
     suffix_skill: str = field(default="positive", metadata=_choices("positive", "negative"))
-    # Ungated OPSD loss (OPSD, GRPO+OPSD, Skill-SD): k > 0 matches distributions, the reverse
-    # KL between student and teacher over the teacher's k most likely tokens at every action
-    # position (both renormalised there; opd/topk_mass logs the teacher mass kept); 0 = the
-    # sampled-token estimate of that KL.
+    # Ungated OPSD loss (OPSD, GRPO+OPSD, Skill-SD): k > 0 = the reverse KL over the teacher's
+    # k likeliest tokens at each action position (renormalised; opd/topk_mass logs the mass
+    # kept); 0 = its signed sampled-token estimate (-Delta grad log p).
     opsd_top_k: int = field(default=20, metadata={"ge": 0})
-    # Teacher log-probs: old (frozen policy, once) or current (live policy, per minibatch).
-    teacher: str | None = field(default=None, metadata=_choices("old", "current"))
+    # Teacher log-probs: old (frozen policy, once), current (live policy, per minibatch) or
+    # initial (the RL initialisation, per minibatch: it cannot forget the lesson; not a paper's).
+    teacher: str | None = field(default=None, metadata=_choices("old", "current", "initial"))
     # PPO ratio clip epsilon.
     clip_eps: float = field(default=0.2, metadata={"gt": 0.0, "lt": 1.0})
     # Dual clip (verl): for negative advantages the ratio term is bounded by c * |A|; c > 1
@@ -318,19 +317,20 @@ class AlgoConfig:
     ppo_epochs: int = field(default=1, metadata={"ge": 1})
     # Trajectories per PPO minibatch (one optimizer step each); 0 = the whole batch.
     minibatch_size: int = field(default=0, metadata={"ge": 0})
-    # Sequences per forward and backward pass (gradient accumulation over the minibatch)
-    # when micro_batch_tokens is 0: a window-context turn or a full-context episode is one
-    # sequence. Memory, not results: each micro-batch's loss is weighted so the step equals
-    # one backward over the minibatch (every loss_agg mode); left out of the cell id. Also the
-    # scoring passes', Stage 1's and the warm start's.
+    # Sequences (a window turn, a full-context episode) per forward and backward pass of the
+    # update, scoring, Stage 1 and warm start when micro_batch_tokens is 0. Memory, not results
+    # (losses weighted so the step is one backward over the minibatch); left out of the cell id.
     micro_batch_size: int = field(default=16, metadata={"ge": 1})
     # Token budget of a micro-batch (verl's use_dynamic_bsz): sequences sorted by length share
-    # one while rows x their longest <= this; a longer sequence runs alone. 0 (the default) =
-    # by count (micro_batch_size): on the CPU the budget cut padding (full context) and
-    # forwards (window) for at most 18% more update tokens/s (docs/results/step_cost.md); as a
-    # default it would override the micro_batch_size a study chose for GPU memory. Memory
-    # and speed, not results; left out of the cell id.
+    # one while rows x their longest <= this (a longer one runs alone); 0 = by count. At most
+    # 18% more update tokens/s on the CPU (docs/results/step_cost.md); not the default, as it
+    # would override a study's micro_batch_size. Memory and speed; left out of the cell id.
     micro_batch_tokens: int = field(default=0, metadata={"ge": 0})
+
+    @property
+    def keeps_initial(self) -> bool:
+        """Whether RL keeps its initialisation (the KL reference; the ``initial`` teacher)."""
+        return self.kl_coef > 0 or self.teacher == "initial"
 
 
 @dataclass(frozen=True)

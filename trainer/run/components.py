@@ -95,15 +95,25 @@ class Components:
         return next(self.model.parameters()).device
 
     @contextlib.contextmanager
-    def kl_reference(self) -> Iterator[torch.nn.Module | None]:
-        """The KL reference to score with inside the block: the frozen copy
+    def initial_policy(self) -> Iterator[torch.nn.Module | None]:
+        """The RL initialisation to score with inside the block: the frozen copy
         (:attr:`reference`), the policy with its adapters disabled under LoRA (no copy;
-        :func:`~trainer.models.lora.adapters_disabled`), None without a KL term."""
-        if self.reference is not None or self.cfg.algo.kl_coef <= 0 or not has_adapters(self.model):
+        :func:`~trainer.models.lora.adapters_disabled`), None when the run keeps none
+        (:attr:`~trainer.config.schema.AlgoConfig.keeps_initial`)."""
+        if self.reference is not None or not self.cfg.algo.keeps_initial or not has_adapters(self.model):
             yield self.reference
             return
         with adapters_disabled(self.model) as base:
             yield base
+
+    @contextlib.contextmanager
+    def kl_reference(self) -> Iterator[torch.nn.Module | None]:
+        """The KL reference (:meth:`initial_policy`), None without a KL term."""
+        if self.cfg.algo.kl_coef <= 0:
+            yield None
+            return
+        with self.initial_policy() as reference:
+            yield reference
 
 
 def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
@@ -306,7 +316,7 @@ def start_rl(ctx: Components, resume: Path | None = None) -> None:
     if has_adapters(ctx.model):  # the reference is the base with adapters disabled (lora_base)
         if resume is None:
             lora_base(ctx)
-    elif cfg.algo.kl_coef > 0:
+    elif cfg.algo.keeps_initial:
         # stored in the compute dtype; sharded from the start when the policy already is
         ctx.reference = frozen_shards(ctx.model) if is_sharded(ctx.model) else frozen_copy(ctx.model)
         if resume is not None and rl_init_path(cfg.output.dir).exists():  # older runs: rebuilt

@@ -314,13 +314,14 @@ def plan_memory(cfg: RunConfig, device_gib: float | None = None) -> MemoryPlan:
         add("CUDA context and allocator slack", GPU_RUNTIME_GIB * GIB, phases)
     else:
         add("the process (Python, torch, transformers)", CPU_RUNTIME_GIB * GIB, phases)
-    if cfg.algo.kl_coef > 0 and not adapters:  # LoRA: the base with adapters disabled, no copy
-        add(f"reference ({name}{shard})", c * p / n, RL_PHASES, "algo.kl_coef=0 (no KL reference)")
+    if cfg.algo.keeps_initial and not adapters:  # LoRA: the base with adapters disabled, no copy
+        add(f"reference ({name}{shard})", c * p / n, RL_PHASES,
+            "algo.kl_coef=0 (no KL reference) and a teacher other than initial")
     if _snapshot_writer(cfg):
         add(f"writer snapshot ({name}, whole)", c * p, RL_PHASES, "writer.refresh_every=1")
     if n > 1:
         add(f"gathered policy, whole ({name}; unsharded to score)", c * p, ("score",))
-        if cfg.algo.kl_coef > 0 and not adapters:
+        if cfg.algo.keeps_initial and not adapters:
             add(f"gathered reference, whole ({name}; unsharded to score)", c * p, ("score",))
     elif c < 4:  # kept by autocast's cache for the whole pass (no backward frees them)
         add(f"autocast weight copies ({name})", c * p, ("score",))

@@ -179,7 +179,7 @@ def trace_memory(cfg: RunConfig, workers: int | None = None) -> MemoryTrace:
             model.train()
             params = sum(p.numel() for p in model.parameters())
             reference = None
-            if cfg.algo.kl_coef > 0:  # stored in the compute dtype; it runs only without gradients, so
+            if cfg.algo.keeps_initial:  # stored in the compute dtype; it runs only without gradients, so
                 # requires_grad (which MemTracker needs to hook a module's parameters) changes no byte
                 reference = set_compute_dtype(AutoModelForCausalLM.from_config(config, dtype=dtype).eval(), dtype)
         if workers > 1:  # outside the fake mode: the device mesh reads its ranks' ids

@@ -205,11 +205,11 @@ def device_defaults(cfg: RunConfig) -> dict[str, Any]:
 
 
 def _check_teacher(cfg: RunConfig, spec) -> None:
-    """``algo.teacher: current`` scores the teacher inside the update; a method that routes
-    Delta through its advantages (ETRO's family, RLSD: spec ``credit``) computes them once
-    before the update, so only the old-policy teacher means anything there."""
-    if cfg.algo.teacher == "current" and spec.credit is not None:
-        raise ConfigError(f"algo.teacher: 'current' needs a method whose OPD is a loss term; "
+    """``algo.teacher: current`` (and ``initial``) scores the teacher inside the update; a
+    method that routes Delta through its advantages (ETRO's family, RLSD: spec ``credit``)
+    computes them once before the update, so only the old-policy teacher means anything there."""
+    if cfg.algo.teacher in ("current", "initial") and spec.credit is not None:
+        raise ConfigError(f"algo.teacher: {cfg.algo.teacher!r} needs a method whose OPD is a loss term; "
                           f"{spec.name} puts Delta into advantages computed before the update, "
                           f"so its teacher is 'old' (set algo.teacher=old or leave it null)")
     if cfg.algo.teacher == "old" and spec.opd_loss == "opsd" and cfg.algo.opsd_top_k > 0:

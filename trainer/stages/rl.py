@@ -7,11 +7,13 @@ the registry (``token_advantages``, ``policy_loss_terms``); nothing here branche
 Teacher log-probs (DESIGN.md): the resolved ``algo.teacher`` (the method's default unless
 set) decides: ``old`` scores each skill context once with the frozen policy before the
 update (ETRO, OPID); ``current`` scores the method's primary context with the live policy
-inside each minibatch (SEED, SDAR), and the Delta of the first epoch is kept for the per-turn
-records.  Both detached.  A row gets OPD for a context exactly when it has that context's
-text: the privileged context always (it never depends on a writer), the Positive skill when
-the writer's output parsed, the Negative skill when it also named a boundary; a valid
-output without a (valid) boundary keeps Positive throughout (ETRO's k = infinity).
+inside each minibatch (SEED, SDAR), and the Delta of the first epoch is kept for the
+per-turn records; ``initial`` does the same with the RL initialisation (not in either paper:
+a teacher that cannot forget the lesson the policy is distilling). All detached. A row gets
+OPD for a context exactly when it has that context's text: the privileged context always (it
+never depends on a writer), the Positive skill when the writer's output parsed, the Negative
+skill when it also named a boundary; a valid output without a (valid) boundary keeps
+Positive throughout (ETRO's k = infinity).
 
 Same history for teacher and student (DESIGN.md, "Skill splicing"): a teacher sequence is
 the student's, history truncation included, with the context's text spliced in on top.  That
@@ -21,8 +23,10 @@ text has its own budget, ``writer.max_skill_tokens``: a longer one is cut once p
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -90,9 +94,12 @@ class StepBatch:
     image_tokens: int = 0
 
 
+LIVE_TEACHERS = ("current", "initial")  # scored inside the update, per micro-batch
+
+
 def teacher_mode(ctx: Components) -> str:
-    """The resolved ``algo.teacher`` (``old`` / ``current``): the config's value, else the
-    method's default (never the spec's own value over the config's)."""
+    """The resolved ``algo.teacher`` (``old`` / ``current`` / ``initial``): the config's value,
+    else the method's default (never the spec's own value over the config's)."""
     teacher = ctx.cfg.algo.teacher
     return ctx.spec.teacher if teacher is None else teacher
 
@@ -291,7 +298,7 @@ def _plan(ctx: Components, batch: StepBatch, rows: list[int]) -> _Minibatch:
     skills = None if batch.rollout_skills is None else [batch.rollout_skills[i] for i in rows]
     student = ctx.builder.build_batch(trajs, skills)
     teacher = None
-    if ctx.spec.skills and teacher_mode(ctx) == "current":
+    if ctx.spec.skills and teacher_mode(ctx) in LIVE_TEACHERS:
         added = _added_texts(ctx, ctx.spec.skills[0], batch)
         teacher = ctx.builder.build_batch(trajs, skills, [added[i] for i in rows])
         assert_same_actions(student, teacher)
@@ -357,6 +364,17 @@ def _minibatch(ctx: Components, batch: StepBatch, rows: list[int], timer: PhaseT
     return metrics, True
 
 
+@contextlib.contextmanager
+def _teacher_model(ctx: Components) -> Iterator[torch.nn.Module]:
+    """The model a live teacher scores with inside the update: the policy as it is now
+    (``current``), or its RL initialisation (``initial``: :meth:`Components.initial_policy`)."""
+    if teacher_mode(ctx) == "initial":
+        with ctx.initial_policy() as model:
+            yield model
+    else:
+        yield ctx.model
+
+
 def teacher_rows(opd_mask: torch.Tensor, top_k: int = 0) -> list[int]:
     """The rows of a micro-batch (``opd_mask`` [n, A]) the current teacher must score: those
     with OPD tokens, as every other row's Delta is 0 whatever the teacher says; every row
@@ -380,15 +398,15 @@ def _micro_loss(ctx: Components, batch: StepBatch, plan: _Minibatch, part: list[
     if spec.skills:
         opd_mask = take(batch.old.mask * batch.opd_rows[spec.skills[0]][:, None])
     teacher, support, scored_rows = None, None, []
-    if plan.teacher is not None:  # the current-policy teacher, scored on the same tokens
+    if plan.teacher is not None:  # the current (or initial) policy's teacher, scored on the same tokens
         scored_rows = teacher_rows(opd_mask, top_k)
     # data parallel: a rank without such rows still scores one (and drops it) while another
     # rank scores, so that the sharded model's forwards pair up across the ranks
     if plan.teacher is not None and most(len(scored_rows)):
         teacher_seqs = [plan.teacher[part[j]] for j in scored_rows or [0]]
         teacher_index = action_index(teacher_seqs)  # positions in its own sequences
-        with timer("teacher"), torch.no_grad():
-            scored = sequence_logprobs(ctx.model, teacher_seqs, len(teacher_seqs), with_entropy=False,
+        with timer("teacher"), torch.no_grad(), _teacher_model(ctx) as model:
+            scored = sequence_logprobs(model, teacher_seqs, len(teacher_seqs), with_entropy=False,
                                        topk=TopK(k=top_k) if top_k else None,
                                        temperature=cfg.rollout.temperature, vision=ctx.builder.vision)
         if scored_rows:

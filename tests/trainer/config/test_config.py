@@ -396,9 +396,10 @@ def test_teacher_current_is_refused_where_delta_feeds_the_advantages():
     from trainer.run.resolve import resolve
 
     for method in ("etro", "rlsd"):
-        cfg = apply_overrides(RunConfig(), {"algo.method": method, "algo.teacher": "current"})
-        with pytest.raises(ConfigError, match="algo.teacher"):
-            resolve(cfg)
+        for teacher in ("current", "initial"):
+            cfg = apply_overrides(RunConfig(), {"algo.method": method, "algo.teacher": teacher})
+            with pytest.raises(ConfigError, match=f"algo.teacher: '{teacher}' needs a method whose OPD is a loss"):
+                resolve(cfg)
     seed = apply_overrides(RunConfig(), {"algo.method": "seed", "algo.teacher": "old"})
     assert resolve(seed).algo.teacher == "old"
 

@@ -286,3 +286,15 @@ def test_lora_plans_optimizer_states_and_gradients_for_the_adapters_only():
     assert _parts(full, "update")["gradients (float32) [AdamW's step]"] == 4 * full.arch.params
     assert not any(name.startswith("reference") for name in parts)
     assert lora.peak < full.peak
+
+
+def test_the_initial_teacher_keeps_the_reference_without_a_kl_term():
+    """``algo.teacher: initial`` scores with the RL initialisation, so a full fine-tune keeps its
+    frozen copy (2P in bf16) even at kl_coef 0, where the current teacher keeps none."""
+    path = SEED_TABLE5.parent / "etro_appendix_b_webshop_base.yaml"
+    for teacher, kept in (("current", False), ("initial", True)):
+        cfg = resolve(load_config(path, ["algo.method=seed", "algo.kl_coef=0", f"algo.teacher={teacher}"]))
+        update = _parts(plan_memory(cfg, 80), "update")
+        assert ("reference (bfloat16)" in update) == kept
+        if kept:
+            assert update["reference (bfloat16)"] == 2 * plan_memory(cfg, 80).arch.params

@@ -92,6 +92,42 @@ def test_teacher_logprobs_come_from_the_chosen_weights(base_ctx, restore, monkey
         torch.testing.assert_close(inputs.logp_teacher[valid], want[valid])
 
 
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_initial_teacher_scores_with_the_rl_initialisation(base_ctx, restore, monkeypatch, tmp_path, lora):
+    """``algo.teacher: initial`` scores the skilled context inside the update with the weights
+    RL started from, not the moved policy's: a frozen copy kept for it without any KL term, or
+    under LoRA the base with the adapters disabled, which train again afterwards."""
+    from trainer.models.lora import with_lora
+
+    ctx = base_ctx
+    if lora:
+        ctx = copy.copy(base_ctx)
+        ctx.model = with_lora(copy.deepcopy(base_ctx.model), dataclasses.replace(base_ctx.cfg.model.lora, rank=4))
+    ctx = variant(ctx, "seed", "writer.kind=oracle", "algo.teacher=initial", "algo.kl_coef=0",
+                  f"output.dir={tmp_path}", *(["model.lora.rank=4"] if lora else []))
+    assert (ctx.reference is None) == lora  # the copy exists for the teacher alone
+    initial = copy.deepcopy(ctx.model)
+    with torch.no_grad():  # the policy moved since the RL start
+        for name, p in ctx.model.named_parameters():
+            if not lora or ".lora_B." in name:
+                p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    batch = rl.collect_batch(ctx, 1, rl.PhaseTimer())
+    assert batch.opd_rows["positive"].any() and batch.logp_ref is None  # no KL term, no reference pass
+    student_seq = rl._score(ctx, ctx.model, batch.trajectories, batch.rollout_skills)[1]
+    want = rl._teacher_logp(ctx, initial, batch, "positive", student_seq)
+    moved = rl._teacher_logp(ctx, ctx.model, batch, "positive", student_seq)
+    mask = batch.old.mask.bool()
+    assert not torch.allclose(want[mask], moved[mask])
+    seen = capture_losses(monkeypatch)
+    rl.update(ctx, batch, 1, rl.PhaseTimer())
+    assert seen
+    for inputs, expected in zip(seen, micro_batch_values(ctx, batch, want)):
+        valid = inputs.mask.bool()
+        torch.testing.assert_close(inputs.logp_teacher[valid], expected[valid])
+    if lora:
+        assert all(p.requires_grad for n, p in ctx.model.named_parameters() if ".lora_" in n)
+
+
 def micro_batch_values(ctx, batch, values):
     """``values`` [B, T] of the step as the update's micro-batches see them, in their order
     (the first epoch): [n, A] per micro-batch (trainer.rl._plan, MicroBatching.plan)."""
