@@ -3,6 +3,7 @@ frozen actors, their frames summarised by :mod:`analysis` and drawn by :mod:`rep
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from analysis.stats import bootstrap_ci
 from reports.diagnostic_tables import alignment_cell, recovery_table
 from reports.figures import regional_alignment as draw
 from reports.tables import Provenance, to_markdown, write_table
-from trainer.config import ConfigError
+from trainer.config import ConfigError, OutputConfig
+from trainer.config.loading import to_dict
 from trainer.models.folders import require_model_folder
 from trainer.protocols.alignment import SCORING_METHOD, alignment_records
 from trainer.protocols.continuations import continuations, suite_for
@@ -45,10 +47,10 @@ def diagnose_command(args) -> int:
     print(f"actor {args.actor}: {args.steps} batches of {cfg.rollout.tasks_per_step} tasks x "
           f"{cfg.rollout.group_size}, writer {cfg.writer.kind}, {args.advantage} step "
           "advantages, never updated")
-    with tqdm(total=args.steps, desc="alignment", unit="batch") as bar:
-        records = alignment_records(ctx, args.steps, bar)
     out = Path(args.diagnose_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    batches = _batches_of(out, cfg, folder)
+    with tqdm(total=args.steps, desc="alignment", unit="batch") as bar:
+        records = alignment_records(ctx, args.steps, bar, saved=batches)
     records.to_parquet(out / "records.parquet", index=False)
     alignment = regional_alignment(records, seed=cfg.seed, advantage=args.advantage)
     if isinstance(alignment, Skipped):
@@ -64,6 +66,24 @@ def diagnose_command(args) -> int:
     print(f"written: {out / 'alignment.csv'}, {out / 'regional_alignment.png'}, "
           f"{out / 'records.parquet'}, {out / 'delta_profile.csv'}, {out / 'gate_over_beta.csv'}")
     return 0
+
+
+def _batches_of(out: Path, cfg, actor: Path) -> Path:
+    """``out/batches``, where the alignment keeps each finished batch, stamped with the run
+    that played them (the resolved config, the actor): a rerun of that run continues from
+    them; another run's batches are refused, never mixed in."""
+    batches = out / "batches"
+    run = {"actor": str(actor.resolve()), "config": to_dict(dataclasses.replace(cfg, output=OutputConfig()))}
+    stamp = batches / "run.json"
+    if stamp.exists() and json.loads(stamp.read_text()) != run:
+        raise ConfigError(f"{batches} holds the batches of another run (another config or actor); "
+                          f"give --diagnose-dir a new folder or delete {batches}")
+    if not stamp.exists():
+        batches.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n")
+    elif any(batches.glob("batch_*.parquet")):
+        print(f"continuing from {len(list(batches.glob('batch_*.parquet')))} batches saved in {batches}")
+    return batches
 
 
 def _where_the_skill_lands(records: pd.DataFrame, out: Path, beta: float) -> None:

@@ -10,11 +10,14 @@ advantages from all turns and correlates them (Spearman, trajectory-cluster boot
 intervals) with each Delta in the prefix / error / suffix regions of failed trajectories
 with a writer boundary; :func:`reports.figures.regional_alignment` draws the figure.
 
-Writes ``records.parquet`` (every turn, with its response and its trajectory's skills),
+Writes ``records.parquet`` (every turn, with its response and its trajectory's skills; each
+batch's are kept in ``batches/`` as it finishes, and a rerun into the same folder continues),
 ``alignment.csv``, ``regional_alignment.png/pdf``, ``delta_profile.csv`` and ``gate_over_beta.csv``.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -29,16 +32,29 @@ SCORING_METHOD = "etro"
 
 
 @torch.no_grad()
-def alignment_records(ctx, steps: int, progress=None) -> pd.DataFrame:
+def alignment_records(ctx, steps: int, progress=None, saved: Path | None = None) -> pd.DataFrame:
     """Per-turn records (Delta_pos, Delta_neg, writer boundary, returns, anchors) of
-    ``steps`` batches played by the frozen actor in ``ctx``."""
+    ``steps`` batches played by the frozen actor in ``ctx``.
+
+    ``saved``: a folder that keeps each batch's records as it finishes (``batch_N.parquet``)
+    and hands back those already there instead of playing them again, so a run that dies
+    loses one batch at most.  Every batch is seeded by ``(seed, step)`` (its tasks, rollouts
+    and writer), so a resumed run's records are those of an uninterrupted one."""
     frames = []
     for step in range(1, steps + 1):
-        batch = collect_batch(ctx, step, PhaseTimer())
-        records = build_records(step, "train", batch.trajectories, batch.group_ids,
-                                batch.hindsights, batch.deltas, batch.old.turn_ids,
-                                batch.old.mask, ctx.cfg.algo.beta_opd)
-        frames.append(with_texts(records, batch.trajectories, batch.hindsights))
+        path = None if saved is None else saved / f"batch_{step}.parquet"
+        if path is not None and path.exists():
+            frames.append(pd.read_parquet(path))
+        else:
+            batch = collect_batch(ctx, step, PhaseTimer())
+            records = build_records(step, "train", batch.trajectories, batch.group_ids,
+                                    batch.hindsights, batch.deltas, batch.old.turn_ids,
+                                    batch.old.mask, ctx.cfg.algo.beta_opd)
+            frames.append(with_texts(records, batch.trajectories, batch.hindsights))
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                frames[-1].to_parquet(path.with_suffix(".tmp"), index=False)
+                path.with_suffix(".tmp").replace(path)  # whole or absent, never half written
         if progress is not None:
             progress.update(1)
     return pd.concat(frames, ignore_index=True)

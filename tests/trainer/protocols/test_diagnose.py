@@ -42,6 +42,35 @@ def test_alignment_records_leave_the_actor_unchanged(tmp_path):
     assert records["response"].str.len().gt(0).all()
 
 
+def test_a_dead_alignment_run_continues_from_its_saved_batches(tmp_path, monkeypatch):
+    """Each finished batch is saved as it finishes; a rerun plays only the batches that are
+    missing, and ends with the records of an uninterrupted run (every batch is seeded)."""
+    import trainer.protocols.alignment as protocol
+    from trainer.run.components import build_components, start_rl
+
+    cfg = resolve(load_config(MICRO, [*SETS, "algo.method=etro", "writer.kind=oracle", "algo.kl_coef=0",
+                                      "rollout.tasks_per_step=2", f"output.dir={tmp_path}"]))
+    ctx = build_components(cfg, init_from=str(ACTOR))
+    start_rl(ctx)
+    whole = protocol.alignment_records(ctx, steps=2)
+    played, real = [], protocol.collect_batch
+
+    def dies_at_step_2(ctx, step, timer):
+        played.append(step)
+        if step == 2 and played.count(2) == 1:
+            raise RuntimeError("killed")
+        return real(ctx, step, timer)
+
+    monkeypatch.setattr(protocol, "collect_batch", dies_at_step_2)
+    saved = tmp_path / "batches"
+    with pytest.raises(RuntimeError, match="killed"):
+        protocol.alignment_records(ctx, steps=2, saved=saved)
+    assert sorted(p.name for p in saved.iterdir()) == ["batch_1.parquet"]
+    resumed = protocol.alignment_records(ctx, steps=2, saved=saved)
+    assert played == [1, 2, 2]  # the second run played only the batch that died
+    pd.testing.assert_frame_equal(resumed, whole)
+
+
 @pytest.mark.slow  # 25 s: two batches of the bundled warm start through the whole command
 def test_diagnose_alignment_command_writes_the_figure(tmp_path, capsys):
     out = tmp_path / "d"
@@ -84,3 +113,6 @@ def test_an_actor_without_usable_turns_says_why_it_has_no_figure(tmp_path, capsy
     assert "regional alignment skipped: no anchor state repeats with two or more distinct " \
         "actions" in capsys.readouterr().out
     assert (tmp_path / "d" / "records.parquet").exists()
+    assert main(argv) == 1 and "continuing from 1 batches saved in" in capsys.readouterr().out
+    assert main([*argv, "--set", "rollout.group_size=3"]) == 2  # another run's batches: refused
+    assert "holds the batches of another run" in capsys.readouterr().err
