@@ -26,9 +26,10 @@ from envs.ezpoints.rules import OPERATOR
 
 
 def trials(store: Path) -> pd.DataFrame:
-    """Every trial run of the study ``store``: its method, seed, lr, level and output dir."""
-    wanted = {"algo.method": "method", "seed": "seed", "algo.lr": "lr", "env.level": "level",
-              "output.dir": "out"}
+    """Every trial run of the study ``store``: its method, teacher, RL steps, seed, lr, level
+    and output dir."""
+    wanted = {"algo.method": "method", "algo.teacher": "teacher", "stages.rl.steps": "steps", "seed": "seed",
+              "algo.lr": "lr", "env.level": "level", "output.dir": "out"}
     with sqlite3.connect(store) as db:
         params = pd.read_sql_query(
             "select p.run_uuid, p.key, p.value from params p join tags t on t.run_uuid = p.run_uuid "
@@ -54,12 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("store", type=Path, help="the study's mlruns.db")
     args = parser.parse_args(argv)
     runs, metrics = trials(args.store)
-    print("method | seed | lr | step | first operator right / written / episodes | success | invalid")
+    print("method | teacher | steps | seed | lr | step | first operator right / written / episodes | success | invalid")
     families = {}  # level -> task id -> family, built once a level
     for level in runs["level"].unique():
         env = EZPointsEnv(hidden_cards=1, level=level)
         families[level] = {t.id: env.family(t) for split in env.splits for t in env.panel(split)}
-    for run, row in runs.sort_values(["method", "lr", "seed"]).iterrows():
+    runs = runs.assign(teacher=runs.get("teacher", "?"), steps=runs.get("steps", "?"))  # older stores lack them
+    for run, row in runs.sort_values(["method", "teacher", "steps", "lr", "seed"]).iterrows():
         family = families[row["level"]]
         moved = args.store.parent / "trials" / Path(row["out"]).name  # the store's folder, if it moved
         for path in sorted(((moved if moved.is_dir() else Path(row["out"])) / "records").glob("step_*.parquet")):
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             right, written, episodes = first_operators(pd.read_parquet(path), family)
             logged = metrics[(metrics["run_uuid"] == run) & (metrics["step"] == step)].set_index("key")["value"]
             success, invalid = (logged.get(f"eval/eval/{k}", float("nan")) for k in ("success", "invalid_rate"))
-            print(f"{row['method']} | {row['seed']} | {row['lr']} | {step} | {right} / {written} / {episodes} | "
+            print(f"{row['method']} | {row['teacher']} | {row['steps']} | {row['seed']} | {row['lr']} | {step} | "
+                  f"{right} / {written} / {episodes} | "
                   f"{success:.3f} | {invalid:.3f}")
     return 0
 
