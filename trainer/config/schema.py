@@ -197,22 +197,22 @@ class RolloutConfig:
     group_size: int = field(default=8, metadata={"ge": 1})
     # Tasks per RL step (the batch is tasks_per_step * group_size trajectories).
     tasks_per_step: int = field(default=4, metadata={"ge": 1})
-    # Sampling temperature of rollouts; the RL step scores the policy at it (softmax(logits / T),
-    # as verl does), so the update optimises the policy that sampled the batch.
+    # Rollout temperature; the RL step scores at it too (softmax(logits / T), as verl does).
     temperature: float = field(default=1.0, metadata={"ge": 0.0})
     # Nucleus-sampling mass of rollouts.
     top_p: float = field(default=1.0, metadata={"gt": 0.0, "le": 1.0})
     # Response token budget per turn.
     max_new_tokens: int = field(default=48, metadata={"ge": 1})
+    # Each step's tasks: uniformly, or evenly over the env's task families (EZPoints' deck rules).
+    task_draw: str = field(default="uniform", metadata=_choices("uniform", "family"))
 
 
 @dataclass(frozen=True)
 class WriterConfig:
-    # Who writes hindsight: self (the policy, refreshed every refresh_every updates), frozen
-    # (a snapshot fixed for the whole run: the policy at RL start, after Stage 1, or
-    # writer.checkpoint; it reads the trajectory alone, like self), oracle (privileged state
-    # of a built-in env: true error turn and the expert's plan), external (OpenAI-compatible
-    # endpoint), static (a fixed skill library), none. None = the method's default.
+    # Who writes hindsight: self (the policy, refreshed every refresh_every updates), frozen (a
+    # snapshot fixed for the run: the RL start, after Stage 1, or writer.checkpoint), oracle
+    # (a built-in env's privileged state), external (OpenAI-compatible endpoint), static (a fixed
+    # skill library), none. None = the method's default.
     kind: str | None = field(default=None, metadata=_choices(
         "self", "frozen", "oracle", "external", "static", "none"))
     # Frozen writer: a saved model folder (save_pretrained with its tokenizer, or a run's

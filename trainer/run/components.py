@@ -22,7 +22,7 @@ import envs
 from envs.base import Task, TextEnv, demo_policy, run_episode
 from envs.oracle import Oracle
 from trainer.algos import MethodSpec, get_method
-from trainer.config import RunConfig
+from trainer.config import ConfigError, RunConfig
 from trainer.episodes.rollout import Sampling, collect
 from trainer.episodes.samples import SampleBuilder, TokenSequence
 from trainer.hindsight.analyzer import ANALYZER, WRITER_IMAGES, WriterPrompt, writer_prompt
@@ -212,6 +212,10 @@ def build_components(cfg: RunConfig, init_from: str | None = None) -> Components
     make_env = env_factory(cfg)
     prompt_env = make_env()
     train_tasks = prompt_env.panel(cfg.env.train_split)
+    if cfg.rollout.task_draw == "family" and len({prompt_env.family(t) for t in train_tasks} - {None}) < 2:
+        raise ConfigError(f"rollout.task_draw: 'family' draws evenly over task families, but env {cfg.env.name} "
+                          f"(level {cfg.env.level or 'default'}) has fewer than two; set rollout.task_draw=uniform "
+                          "or use an env with them (ezpoints with env.level: suit)")
     if init_from is not None:
         device = resolve_device(cfg.model.device)
         dtype = resolve_dtype(cfg.model.dtype, device)

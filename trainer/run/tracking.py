@@ -76,7 +76,8 @@ CELL_EXCLUDE = ("seed", "tracking", "output", "stages.warm_start.cache", "stages
 ADDED_FIELDS = {"writer.constrained": False, "stages.skill_sft.replay": 0.0,
                 "stages.skill_sft.replay_batch": 8, "model.lora.rank": 0, "model.lora.alpha": 16.0,
                 "model.lora.dropout": 0.0, "model.lora.target_modules": LORA_TARGETS,
-                "env.hidden_cards": 0, "env.hands": 1, "writer.prompt": "analyzer", "stages.skill_sft.writer_panel": 64}
+                "env.hidden_cards": 0, "env.hands": 1, "writer.prompt": "analyzer", "stages.skill_sft.writer_panel": 64,
+                "rollout.task_draw": "uniform"}
 
 
 def cell_id(cfg: RunConfig) -> str:

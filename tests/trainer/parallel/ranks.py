@@ -153,9 +153,9 @@ def job_update(out: str, args: dict) -> None:
 
     prepared = []
     for case in args["cases"]:
-        method, agg, minibatches, mode = case
+        method, agg, minibatches, mode, *teacher = case  # a fifth entry: algo.teacher
         ctx = _context(out, method, mode, args.get("lora", 0), loss_agg=agg, minibatch_size=6 // minibatches,
-                       kl_coef=0.01, micro_batch_size=args.get("micro", 2))
+                       kl_coef=0.01, micro_batch_size=args.get("micro", 2), **dict(zip(["teacher"], teacher)))
         batch = _with_advantages(collect_batch(ctx, 1, PhaseTimer()))
         start = (copy.deepcopy(ctx.model), copy.deepcopy(ctx.reference))
         single = copy.copy(ctx)

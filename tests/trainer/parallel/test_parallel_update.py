@@ -59,6 +59,19 @@ def test_two_ranks_update_lora_adapters_as_one_process(tmp_path):
     assert r["loss_ranks"] == pytest.approx(r["loss_single"], rel=1e-5, abs=1e-7), r
 
 
+@pytest.mark.slow  # about a minute: two gloo ranks, two cases
+@pytest.mark.parametrize("lora", [0, 4])
+def test_two_ranks_score_the_initial_teacher_as_one_process(tmp_path, lora):
+    """``algo.teacher: initial`` scores inside the update with the RL initialisation (the
+    sharded reference; under LoRA the sharded policy with its adapters disabled): its forwards
+    pair across the ranks, and two PPO minibatches (the second's policy has moved from its
+    initialisation) take one process's steps."""
+    (r,) = run_update(tmp_path, cases=[["seed", "token-mean", 2, "full", "initial"]], lora=lora)
+    assert r["moved"] > 1e-4, r
+    assert r["max_abs_diff"] < 1e-5 and r["grad_rel_diff"] < 1e-5, r
+    assert r["loss_ranks"] == pytest.approx(r["loss_single"], rel=1e-5, abs=1e-7), r
+
+
 @pytest.mark.slow
 def test_local_counts_break_the_equivalence(tmp_path):
     """The check can fail: weights from each rank's own counts differ in every case."""

@@ -503,3 +503,31 @@ def test_a_step_logs_its_padding_and_micro_batches(base_ctx, restore, tokens):
         assert metrics["perf/pad_share"] == pytest.approx(1 - sum(lengths) / (len(lengths) * max(lengths)))
     else:
         assert (metrics["perf/micro_batches"], metrics["perf/pad_share"]) == (passes * len(lengths), 0.0)
+
+
+def test_a_family_draw_takes_each_step_evenly_from_the_families():
+    """``rollout.task_draw: family``: every step's tasks split evenly over the families (the
+    remainder to families drawn at random), no task twice; ``uniform`` is ``rng.sample``, so
+    recorded studies draw what they drew."""
+    tasks = [f"{name}{i}" for name in "ab" for i in range(50)] + [f"c{i}" for i in range(5)]
+    family = lambda task: task[0]
+    for step in range(20):
+        drawn = rl.draw_tasks(random.Random(step), tasks, 7, family)
+        counts = {name: sum(t[0] == name for t in drawn) for name in "abc"}
+        assert len(set(drawn)) == 7 and sorted(counts.values()) == [2, 2, 3]
+        assert max(counts.values()) - min(counts.values()) == 1
+    assert rl.draw_tasks(random.Random(3), tasks, 4) == random.Random(3).sample(tasks, 4)
+    unbalanced = [rl.draw_tasks(random.Random(s), tasks[:100], 2) for s in range(40)]
+    assert any(t[0][0] == t[1][0] for t in unbalanced)  # a uniform draw often takes one family only
+    assert all(t[0][0] != t[1][0] for t in (rl.draw_tasks(random.Random(s), tasks[:100], 2, family)
+                                           for s in range(40)))
+
+
+def test_a_family_draw_needs_families(tmp_path):
+    from trainer.config import ConfigError
+    from trainer.run.components import build_components
+
+    cfg = resolve(load_config(MICRO, ["rollout.task_draw=family", f"output.dir={tmp_path}"]))
+    with pytest.raises(ConfigError, match="rollout.task_draw: 'family' draws evenly over task families, "
+                                          "but env household"):
+        build_components(cfg)
