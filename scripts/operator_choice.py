@@ -26,10 +26,10 @@ from envs.ezpoints.rules import OPERATOR
 
 
 def trials(store: Path) -> pd.DataFrame:
-    """Every trial run of the study ``store``: its method, teacher, RL steps, seed, lr, level
-    and output dir."""
-    wanted = {"algo.method": "method", "algo.teacher": "teacher", "stages.rl.steps": "steps", "seed": "seed",
-              "algo.lr": "lr", "env.level": "level", "output.dir": "out"}
+    """Every trial run of the study ``store``: its method, teacher, task draw, RL steps, seed,
+    lr, level and output dir."""
+    wanted = {"algo.method": "method", "algo.teacher": "teacher", "rollout.task_draw": "draw",
+              "stages.rl.steps": "steps", "seed": "seed", "algo.lr": "lr", "env.level": "level", "output.dir": "out"}
     with sqlite3.connect(store) as db:
         params = pd.read_sql_query(
             "select p.run_uuid, p.key, p.value from params p join tags t on t.run_uuid = p.run_uuid "
@@ -45,9 +45,24 @@ def first_operators(records: pd.DataFrame, family: dict[str, str]) -> tuple[int,
     those that wrote one, and all of them."""
     evals = records[records["split"] == "eval"]
     episodes = evals.groupby(["task_id", "traj"]).ngroups
-    ops = evals[evals["action"].isin(OPERATORS)].sort_values("turn").groupby(["task_id", "traj"]).first()
-    right = sum(OPERATOR[family[task]] == op for (task, _), op in ops["action"].items())
+    ops = _first_ops(evals)
+    right = sum(OPERATOR[family[task]] == op for (task, _), op in ops.items())
     return right, len(ops), episodes
+
+
+def by_family(records: pd.DataFrame, family: dict[str, str]) -> str:
+    """Each family's first operators, e.g. ``product * 14 + 5; sum * 12 + 9``: a policy that
+    plays one operator everywhere is right on exactly one family's deals, which the count of
+    right choices alone does not show."""
+    ops = _first_ops(records[records["split"] == "eval"])
+    counts = pd.crosstab([family[task] for task, _ in ops.index], ops.values)
+    return "; ".join(f"{fam} " + " ".join(f"{op} {counts.at[fam, op]}" for op in counts.columns
+                                          if counts.at[fam, op]) for fam in counts.index)
+
+
+def _first_ops(evals: pd.DataFrame) -> pd.Series:
+    """Each episode's first operator, indexed by (task_id, traj); episodes without one left out."""
+    return evals[evals["action"].isin(OPERATORS)].sort_values("turn").groupby(["task_id", "traj"])["action"].first()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,23 +70,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("store", type=Path, help="the study's mlruns.db")
     args = parser.parse_args(argv)
     runs, metrics = trials(args.store)
-    print("method | teacher | steps | seed | lr | step | first operator right / written / episodes | success | invalid")
+    print("method | teacher | draw | steps | seed | lr | step | first operator right / written / episodes | success | "
+          "invalid | first operators by family")
     families = {}  # level -> task id -> family, built once a level
     for level in runs["level"].unique():
         env = EZPointsEnv(hidden_cards=1, level=level)
         families[level] = {t.id: env.family(t) for split in env.splits for t in env.panel(split)}
-    runs = runs.assign(teacher=runs.get("teacher", "?"), steps=runs.get("steps", "?"))  # older stores lack them
-    for run, row in runs.sort_values(["method", "teacher", "steps", "lr", "seed"]).iterrows():
+    runs = runs.assign(**{k: runs[k].fillna(v) if k in runs else v  # older trials lack them
+                          for k, v in (("teacher", "?"), ("draw", "uniform"), ("steps", "?"))})
+    for run, row in runs.sort_values(["method", "teacher", "draw", "steps", "lr", "seed"]).iterrows():
         family = families[row["level"]]
         moved = args.store.parent / "trials" / Path(row["out"]).name  # the store's folder, if it moved
         for path in sorted(((moved if moved.is_dir() else Path(row["out"])) / "records").glob("step_*.parquet")):
             step = int(path.stem.split("_")[1])
-            right, written, episodes = first_operators(pd.read_parquet(path), family)
+            frame = pd.read_parquet(path)
+            right, written, episodes = first_operators(frame, family)
             logged = metrics[(metrics["run_uuid"] == run) & (metrics["step"] == step)].set_index("key")["value"]
             success, invalid = (logged.get(f"eval/eval/{k}", float("nan")) for k in ("success", "invalid_rate"))
-            print(f"{row['method']} | {row['teacher']} | {row['steps']} | {row['seed']} | {row['lr']} | {step} | "
-                  f"{right} / {written} / {episodes} | "
-                  f"{success:.3f} | {invalid:.3f}")
+            arm = " | ".join(str(row[k]) for k in ("method", "teacher", "draw", "steps", "seed", "lr"))
+            print(f"{arm} | {step} | {right} / {written} / {episodes} | {success:.3f} | {invalid:.3f} | "
+                  f"{by_family(frame, family)}")
     return 0
 
 

@@ -33,6 +33,9 @@ def test_the_first_operator_of_each_evaluation_episode_is_scored_against_its_fam
         ("train", red, 3, 1, "+"),  # not an evaluation episode
     ])
     assert script.first_operators(frame, family) == (1, 2, 3)
+    assert script.by_family(frame, family) == "product + 1; sum + 1"
+    one_op = records([("eval", red, 0, 1, "+"), ("eval", black, 1, 1, "+"), ("eval", black, 2, 1, "*")])
+    assert script.by_family(one_op, family) == "product * 1 + 1; sum + 1"
 
 
 def test_it_prints_a_line_per_trial_and_step_from_a_store_moved_with_its_trials(tmp_path, capsys):
@@ -53,4 +56,5 @@ def test_it_prints_a_line_per_trial_and_step_from_a_store_moved_with_its_trials(
         db.execute("insert into tags values ('r', 'hindsight.kind', 'trial')")
         db.execute("insert into metrics values ('r', 'eval/eval/success', 3, 0.25)")
     assert script.main([str(store)]) == 0
-    assert "opd_only | initial | 3 | 0 | 0.001 | 3 | 1 / 1 / 1 | 0.250 | nan" in capsys.readouterr().out
+    line = "opd_only | initial | uniform | 3 | 0 | 0.001 | 3 | 1 / 1 / 1 | 0.250 | nan | sum + 1"
+    assert line in capsys.readouterr().out
