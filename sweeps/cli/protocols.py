@@ -3,7 +3,6 @@ frozen actors, their frames summarised by :mod:`analysis` and drawn by :mod:`rep
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -17,8 +16,7 @@ from analysis.stats import bootstrap_ci
 from reports.diagnostic_tables import alignment_cell, recovery_table
 from reports.figures import regional_alignment as draw
 from reports.tables import Provenance, to_markdown, write_table
-from trainer.config import ConfigError, OutputConfig
-from trainer.config.loading import to_dict
+from trainer.config import ConfigError
 from trainer.models.folders import require_model_folder
 from trainer.protocols.alignment import SCORING_METHOD, alignment_records
 from trainer.protocols.continuations import continuations, suite_for
@@ -26,6 +24,7 @@ from trainer.protocols.skill_signal import MOVED, PARTS, TRANSFERS, skill_signal
 from trainer.run.components import build_components, env_factory, start_rl
 from trainer.run.resolve import load_config, resolve
 from trainer.run.store import git_sha
+from trainer.run.tracking import cell_id
 
 
 def diagnose_command(args) -> int:
@@ -70,19 +69,19 @@ def diagnose_command(args) -> int:
 
 def _batches_of(out: Path, cfg, actor: Path) -> Path:
     """``out/batches``, where the alignment keeps each finished batch, stamped with the run
-    that played them (the resolved config, the actor): a rerun of that run continues from
-    them; another run's batches are refused, never mixed in."""
+    that played them (the config's cell and seed, the actor): a rerun of that run continues
+    from them; another run's batches are refused, never mixed in."""
     batches = out / "batches"
-    run = {"actor": str(actor.resolve()), "config": to_dict(dataclasses.replace(cfg, output=OutputConfig()))}
+    run = {"actor": str(actor.resolve()), "cell": cell_id(cfg), "seed": cfg.seed}
     stamp = batches / "run.json"
-    if stamp.exists() and json.loads(stamp.read_text()) != run:
-        raise ConfigError(f"{batches} holds the batches of another run (another config or actor); "
-                          f"give --diagnose-dir a new folder or delete {batches}")
     if not stamp.exists():
         batches.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n")
-    elif any(batches.glob("batch_*.parquet")):
-        print(f"continuing from {len(list(batches.glob('batch_*.parquet')))} batches saved in {batches}")
+        stamp.write_text(json.dumps(run, indent=1) + "\n")
+    elif json.loads(stamp.read_text()) != run:
+        raise ConfigError(f"{batches} holds the batches of another run (another config or actor); "
+                          f"give --diagnose-dir a new folder or delete {batches}")
+    elif saved := len(list(batches.glob("batch_*.parquet"))):
+        print(f"continuing from {saved} batches saved in {batches}")
     return batches
 
 

@@ -88,6 +88,8 @@ class Components:
     privileged: PrivilegedContext | None = None
     optimizer: torch.optim.Optimizer | None = None
     train_tasks: list[Task] = field(default_factory=list)
+    # the training tasks by family, grouped once, when rollout.task_draw is family
+    train_families: dict[str, list[Task]] | None = None
     # Stage-1 writer examples replayed in the RL update (stages.skill_sft.replay > 0)
     replay: list[TokenSequence] = field(default_factory=list)
 
@@ -114,6 +116,17 @@ class Components:
             return
         with self.initial_policy() as reference:
             yield reference
+
+
+def family_groups(tasks: list[Task], family: Callable[[Task], str | None]) -> dict[str, list[Task]]:
+    """``tasks`` by the family ``family`` names (``TextEnv.family``), in their order; tasks of
+    no family are left out."""
+    groups: dict[str, list[Task]] = {}
+    for task in tasks:
+        name = family(task)
+        if name is not None:
+            groups.setdefault(name, []).append(task)
+    return groups
 
 
 def env_factory(cfg: RunConfig) -> Callable[[], TextEnv]:
@@ -212,7 +225,8 @@ def build_components(cfg: RunConfig, init_from: str | None = None) -> Components
     make_env = env_factory(cfg)
     prompt_env = make_env()
     train_tasks = prompt_env.panel(cfg.env.train_split)
-    if cfg.rollout.task_draw == "family" and len({prompt_env.family(t) for t in train_tasks} - {None}) < 2:
+    families = family_groups(train_tasks, prompt_env.family) if cfg.rollout.task_draw == "family" else None
+    if families is not None and len(families) < 2:
         raise ConfigError(f"rollout.task_draw: 'family' draws evenly over task families, but env {cfg.env.name} "
                           f"(level {cfg.env.level or 'default'}) has fewer than two; set rollout.task_draw=uniform "
                           "or use an env with them (ezpoints with env.level: suit)")
@@ -240,7 +254,7 @@ def build_components(cfg: RunConfig, init_from: str | None = None) -> Components
                   backend=make_backend(cfg.model, model, tokenizer, vision,
                                        images_per_prompt=max(prompt_env.max_turns + 1, WRITER_IMAGES),
                                        max_model_len=engine_length(cfg)),
-                  train_tasks=train_tasks)
+                  train_tasks=train_tasks, train_families=families)
     if cfg.writer.library and (spec.rollout_skill or spec.eval_skill or cfg.writer.kind == "static"):
         ctx.library = StaticWriter(load_library(cfg.writer.library), family=prompt_env.family)
     elif spec.rollout_skill or spec.eval_skill or (cfg.writer.kind == "static" and spec.library == "oracle"):

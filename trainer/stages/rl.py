@@ -180,16 +180,14 @@ def _teacher_scores(ctx: Components, model, batch: StepBatch, context: str, stud
     return teacher
 
 
-def draw_tasks(rng: random.Random, tasks: list, n: int, family=None) -> list:
-    """``n`` of ``tasks`` without replacement: uniformly (``family`` None, ``rng.sample``), or
-    evenly over the families ``family(task)`` names, the remainder from families drawn at
-    random, in a shuffled order (``rollout.task_draw: family``)."""
-    if family is None:
+def draw_tasks(rng: random.Random, tasks: list, n: int, groups: dict[str, list] | None = None) -> list:
+    """``n`` of ``tasks`` without replacement: uniformly (``rng.sample``), or with ``groups``
+    (family -> its tasks, :func:`~trainer.run.components.family_groups`) evenly over the
+    families, the remainder from families drawn at random, in a shuffled order
+    (``rollout.task_draw: family``)."""
+    if groups is None:
         return rng.sample(tasks, n)
-    groups: dict = {}
-    for task in tasks:
-        groups.setdefault(family(task), []).append(task)
-    names = sorted(groups, key=str)
+    names = sorted(groups)
     counts = dict.fromkeys(names, n // len(names))
     for name in rng.sample(names, n % len(names)):
         counts[name] += 1
@@ -202,8 +200,7 @@ def collect_batch(ctx: Components, step: int, timer: PhaseTimer) -> StepBatch:
     """Phases rollout, write, score, reference, teacher (old), advantage."""
     cfg, spec = ctx.cfg, ctx.spec
     rng = random.Random(f"tasks:{cfg.seed}:{step}")
-    tasks, first = share_tasks(draw_tasks(rng, ctx.train_tasks, cfg.rollout.tasks_per_step,
-                                          ctx.prompt_env.family if cfg.rollout.task_draw == "family" else None))
+    tasks, first = share_tasks(draw_tasks(rng, ctx.train_tasks, cfg.rollout.tasks_per_step, ctx.train_families))
     batch_tasks = [t for t in tasks for _ in range(cfg.rollout.group_size)]
     group_ids = [first + g for g in range(len(tasks)) for _ in range(cfg.rollout.group_size)]
     rollout_skills = [ctx.library.retrieve(t) for t in batch_tasks] if spec.rollout_skill else None

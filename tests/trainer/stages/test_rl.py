@@ -16,7 +16,9 @@ import trainer.stages.rl as rl
 import trainer.stages.step_metrics as step_metrics
 from support.paths import DATA
 from trainer.algos import get_method
-from trainer.config import AlgoConfig
+from trainer.config import AlgoConfig, ConfigError
+from trainer.models.lora import with_lora
+from trainer.run.components import build_components, family_groups
 from trainer.run.resolve import load_config, resolve
 
 MICRO = DATA / "train_micro.yaml"
@@ -26,8 +28,6 @@ MICRO = DATA / "train_micro.yaml"
 def base_ctx(tmp_path_factory):
     """One micro context (SEED with the oracle writer, so that skills exist); variants share
     its model and tokenizer and rebuild the per-method parts."""
-    from trainer.run.components import build_components
-
     out = tmp_path_factory.mktemp("rl")
     cfg = resolve(load_config(MICRO, ["algo.method=seed", "writer.kind=oracle", f"output.dir={out}"]))
     return build_components(cfg)
@@ -97,8 +97,6 @@ def test_the_initial_teacher_scores_with_the_rl_initialisation(base_ctx, restore
     """``algo.teacher: initial`` scores the skilled context inside the update with the weights
     RL started from, not the moved policy's: a frozen copy kept for it without any KL term, or
     under LoRA the base with the adapters disabled, which train again afterwards."""
-    from trainer.models.lora import with_lora
-
     ctx = base_ctx
     if lora:
         ctx = copy.copy(base_ctx)
@@ -512,21 +510,19 @@ def test_a_family_draw_takes_each_step_evenly_from_the_families():
     tasks = [f"{name}{i}" for name in "ab" for i in range(50)] + [f"c{i}" for i in range(5)]
     family = lambda task: task[0]
     for step in range(20):
-        drawn = rl.draw_tasks(random.Random(step), tasks, 7, family)
+        drawn = rl.draw_tasks(random.Random(step), tasks, 7, family_groups(tasks, family))
         counts = {name: sum(t[0] == name for t in drawn) for name in "abc"}
         assert len(set(drawn)) == 7 and sorted(counts.values()) == [2, 2, 3]
         assert max(counts.values()) - min(counts.values()) == 1
     assert rl.draw_tasks(random.Random(3), tasks, 4) == random.Random(3).sample(tasks, 4)
     unbalanced = [rl.draw_tasks(random.Random(s), tasks[:100], 2) for s in range(40)]
     assert any(t[0][0] == t[1][0] for t in unbalanced)  # a uniform draw often takes one family only
-    assert all(t[0][0] != t[1][0] for t in (rl.draw_tasks(random.Random(s), tasks[:100], 2, family)
+    assert all(t[0][0] != t[1][0] for t in (rl.draw_tasks(random.Random(s), tasks[:100], 2,
+                                                          family_groups(tasks[:100], family))
                                            for s in range(40)))
 
 
 def test_a_family_draw_needs_families(tmp_path):
-    from trainer.config import ConfigError
-    from trainer.run.components import build_components
-
     cfg = resolve(load_config(MICRO, ["rollout.task_draw=family", f"output.dir={tmp_path}"]))
     with pytest.raises(ConfigError, match="rollout.task_draw: 'family' draws evenly over task families, "
                                           "but env household"):
