@@ -68,6 +68,7 @@ from envs.ezpoints.render import draw
 from envs.ezpoints.rules import (
     LEVELS,
     check_level,
+    colour,
     hands_panel,
     lesson,
     lesson_operator,
@@ -329,16 +330,23 @@ class EZPointsEnv(TextEnv):
         when the skilled thought was another sentence ("... as the hindsight says"), SmolLM2's
         own no-skill samples never reached the token where the lesson decides, and distilling
         the skilled context onto them pushed down its reasoning's first comma by 9-13 nats
-        instead (docs/results/learnable_lesson.md).  Kept short: a response must fit the SmolLM2 example's
-        ``rollout.max_new_tokens`` (64; these are at most 57 SmolLM2 tokens), or behaviour
-        cloning teaches a response the rollouts cut before its action."""
+        instead (docs/results/learnable_lesson.md).  Under the suit rule the sentence names the
+        visible card's colour before the operator ("4 is 4 and red, so the face-down card ..."):
+        the word the lesson conditions on, written a few tokens before the token it decides, so
+        that distilling the lesson can tie the operator to it (without it in the thought, OPD
+        moved the operator on every deal alike and never by the suit).  Kept short: a response
+        must fit the SmolLM2 example's ``rollout.max_new_tokens`` (64; these are at most 57
+        SmolLM2 tokens), or behaviour cloning teaches a response the rollouts cut before its
+        action."""
         on_table = self.cards and self.task is not None and self.task.id == task.id
-        ranks = [r for r, _ in self.cards] if on_table else [str(r) for r, _ in task.spec["cards"]]
+        cards = list(self.cards) if on_table else [(str(r), s) for r, s in task.spec["cards"]]
+        ranks = [r for r, _ in cards]
         op = lesson_operator(skill) if self.hidden_cards else None
         op = op or (self._committed if self.level != "full" and on_table else None)
         if op is not None and (wanted := dict(completions(value(ranks[0]))).get(op)):
             first = value(ranks[0])  # one sentence with the lesson or without: only the operator differs
-            return (f"{ranks[0]} is {first} and the face-down card makes {TARGET} with it by {op}: "
+            shown = f" and {colour(cards[0])}, so" if self.level == "suit" else " and"
+            return (f"{ranks[0]} is {first}{shown} the face-down card makes {TARGET} with it by {op}: "
                     f"{first} {op} {wanted} = {TARGET}.")
         named = skill_values(skill) if self.hidden_cards else None
         if self.hidden_cards and not named:

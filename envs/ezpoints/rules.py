@@ -99,6 +99,12 @@ def rule_panel(split: str, rule: str) -> tuple[Task, ...]:
                  for i, deal in enumerate(picked))
 
 
+def colour(visible: tuple[str, str]) -> str:
+    """The colour of card ``visible`` ((rank, suit)): ``red`` or ``black``, the word the suit
+    rule's lesson conditions on."""
+    return "red" if visible[1] in RED else "black"
+
+
 def lesson(rule: str, visible: tuple[str, str]) -> str:
     """The lesson of the family of a deal with ``visible`` showing under ``rule``, in words that
     hold on every deal of that family (no card of this deal)."""
@@ -116,7 +122,7 @@ def lesson_operator(skill: str | None) -> str | None:
     return match[1] if match else None
 
 
-__all__ = ["AMBIGUOUS", "LEVELS", "OPERATOR", "RULES", "check_level", "family", "hands_panel", "lesson",
+__all__ = ["AMBIGUOUS", "LEVELS", "OPERATOR", "RULES", "check_level", "colour", "family", "hands_panel", "lesson",
            "lesson_operator", "rule_deals", "rule_panel"]
 
 

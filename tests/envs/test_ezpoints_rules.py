@@ -132,6 +132,14 @@ def test_the_demonstrator_thinks_with_the_lesson_it_reads_in_the_sentence_it_gue
         assert {t.response.split("</think>")[0] for t in episode.turns} == \
             {"<think>" + said.format(card, first, op, first, op, ops[op])}
     assert set(guesses) == {"+", "*"}
+    suit = rule_env("suit")  # under the suit rule the sentence names the colour the lesson reads
+    assert {suit.family(t) for t in suit.panel("train")[:8]} == {"sum", "product"}
+    for task in suit.panel("train")[:8]:
+        visible = tuple(task.spec["cards"][0])
+        thought = suit.demo_thought(task, lesson("suit", visible))
+        word = "red" if suit.family(task) == "sum" else "black"
+        assert thought.startswith(f"{visible[0]} is {value(visible[0])} and {word}, so the face-down card makes 12")
+        assert thought.split(" by ")[1][0] == ("+" if word == "red" else "*")
     full = EZPointsEnv(hidden_cards=1)  # gym_cards' deck: the guesser's thought is unchanged
     full_task = full.panel("train")[0]
     episode = run_episode(full, full_task, demo_policy(0.0, seed="c0"))
