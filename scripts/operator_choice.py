@@ -26,10 +26,11 @@ from envs.ezpoints.rules import OPERATOR
 
 
 def trials(store: Path) -> pd.DataFrame:
-    """Every trial run of the study ``store``: its method, teacher, task draw, RL steps, seed,
-    lr, level and output dir."""
+    """Every trial run of the study ``store``: its method, teacher, task draw, tasks and
+    trajectories a step, RL steps, seed, lr, level and output dir."""
     wanted = {"algo.method": "method", "algo.teacher": "teacher", "rollout.task_draw": "draw",
-              "stages.rl.steps": "steps", "seed": "seed", "algo.lr": "lr", "env.level": "level", "output.dir": "out"}
+              "rollout.tasks_per_step": "tasks", "rollout.group_size": "group", "stages.rl.steps": "steps",
+              "seed": "seed", "algo.lr": "lr", "env.level": "level", "output.dir": "out"}
     with sqlite3.connect(store) as db:
         params = pd.read_sql_query(
             "select p.run_uuid, p.key, p.value from params p join tags t on t.run_uuid = p.run_uuid "
@@ -70,15 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("store", type=Path, help="the study's mlruns.db")
     args = parser.parse_args(argv)
     runs, metrics = trials(args.store)
-    print("method | teacher | draw | steps | seed | lr | step | first operator right / written / episodes | success | "
+    print("method | teacher | draw | batch | steps | seed | lr | step | first operator right / written / episodes | success | "
           "invalid | first operators by family")
     families = {}  # level -> task id -> family, built once a level
     for level in runs["level"].unique():
         env = EZPointsEnv(hidden_cards=1, level=level)
         families[level] = {t.id: env.family(t) for split in env.splits for t in env.panel(split)}
     runs = runs.assign(**{k: runs[k].fillna(v) if k in runs else v  # older trials lack them
-                          for k, v in (("teacher", "?"), ("draw", "uniform"), ("steps", "?"))})
-    for run, row in runs.sort_values(["method", "teacher", "draw", "steps", "lr", "seed"]).iterrows():
+                          for k, v in (("teacher", "?"), ("draw", "uniform"), ("steps", "?"), ("tasks", "?"),
+                                       ("group", "?"))})
+    runs = runs.assign(batch=runs["tasks"] + "x" + runs["group"])  # tasks x trajectories a step
+    for run, row in runs.sort_values(["method", "teacher", "draw", "batch", "steps", "lr", "seed"]).iterrows():
         family = families[row["level"]]
         moved = args.store.parent / "trials" / Path(row["out"]).name  # the store's folder, if it moved
         for path in sorted(((moved if moved.is_dir() else Path(row["out"])) / "records").glob("step_*.parquet")):
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             right, written, episodes = first_operators(frame, family)
             logged = metrics[(metrics["run_uuid"] == run) & (metrics["step"] == step)].set_index("key")["value"]
             success, invalid = (logged.get(f"eval/eval/{k}", float("nan")) for k in ("success", "invalid_rate"))
-            arm = " | ".join(str(row[k]) for k in ("method", "teacher", "draw", "steps", "seed", "lr"))
+            arm = " | ".join(str(row[k]) for k in ("method", "teacher", "draw", "batch", "steps", "seed", "lr"))
             print(f"{arm} | {step} | {right} / {written} / {episodes} | {success:.3f} | {invalid:.3f} | "
                   f"{by_family(frame, family)}")
     return 0

@@ -50,11 +50,12 @@ def test_it_prints_a_line_per_trial_and_step_from_a_store_moved_with_its_trials(
         db.execute("create table tags (run_uuid, key, value)")
         db.execute("create table metrics (run_uuid, key, step, value)")
         params = {"algo.method": "opd_only", "algo.teacher": "initial", "stages.rl.steps": "3", "seed": "0",
+                  "rollout.tasks_per_step": "12", "rollout.group_size": "1",
                   "algo.lr": "0.001", "env.level": "suit",
                   "output.dir": str(tmp_path / "elsewhere" / "trials" / "abc-s0")}
         db.executemany("insert into params values ('r', ?, ?)", params.items())
         db.execute("insert into tags values ('r', 'hindsight.kind', 'trial')")
         db.execute("insert into metrics values ('r', 'eval/eval/success', 3, 0.25)")
     assert script.main([str(store)]) == 0
-    line = "opd_only | initial | uniform | 3 | 0 | 0.001 | 3 | 1 / 1 / 1 | 0.250 | nan | sum + 1"
+    line = "opd_only | initial | uniform | 12x1 | 3 | 0 | 0.001 | 3 | 1 / 1 / 1 | 0.250 | nan | sum + 1"
     assert line in capsys.readouterr().out
