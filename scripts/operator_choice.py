@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("store", type=Path, help="the study's mlruns.db")
     args = parser.parse_args(argv)
     runs, metrics = trials(args.store)
-    print("method | teacher | draw | batch | steps | seed | lr | step | first operator right / written / episodes | success | "
-          "invalid | first operators by family")
+    print("method | teacher | draw | batch | steps | seed | lr | step | first operator right / written / episodes | "
+          "success | invalid | first operators by family")
     families = {}  # level -> task id -> family, built once a level
     for level in runs["level"].unique():
         env = EZPointsEnv(hidden_cards=1, level=level)
