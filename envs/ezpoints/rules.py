@@ -41,6 +41,7 @@ RULES: tuple[str, ...] = ("sum", "product", "suit")
 LEVELS: tuple[str, ...] = ("full", *RULES)  # "full": gym_cards' deck, no rule (the default)
 AMBIGUOUS: tuple[int, ...] = (2, 3, 4, 6)  # visible values that allow both + and *
 RED: tuple[str, ...] = ("hearts", "diamonds")
+_SUITS_OF = {"red": RED, "black": ("clubs", "spades")}  # colour -> its suits, as the lesson names them
 OPERATOR = {"sum": "+", "product": "*"}  # family -> the operator its face-down card needs
 
 _LESSON = re.compile(r"the face-down card always makes 12 with the visible card by ([+*])")
@@ -59,11 +60,17 @@ def check_level(level: str, hidden_cards: int, hands: int = 1) -> None:
                          f"{', '.join(RULES)}); gym_cards' deck has no lesson that holds on the next")
 
 
+def colour(visible: tuple[str, str]) -> str:
+    """The colour of card ``visible`` ((rank, suit)): ``red`` or ``black``, the word the suit
+    rule's lesson conditions on."""
+    return "red" if visible[1] in RED else "black"
+
+
 def family(rule: str, visible: tuple[str, str]) -> str:
     """The family (``sum`` or ``product``) of a deal whose visible card is ``visible`` under
     ``rule``: the rule's own, or under ``suit`` the visible card's colour's."""
     if rule == "suit":
-        return "sum" if visible[1] in RED else "product"
+        return "sum" if colour(visible) == "red" else "product"
     if rule not in OPERATOR:
         raise ValueError(f"env.level: {rule!r} is not a deck rule; valid: {', '.join(RULES)}")
     return rule
@@ -99,18 +106,12 @@ def rule_panel(split: str, rule: str) -> tuple[Task, ...]:
                  for i, deal in enumerate(picked))
 
 
-def colour(visible: tuple[str, str]) -> str:
-    """The colour of card ``visible`` ((rank, suit)): ``red`` or ``black``, the word the suit
-    rule's lesson conditions on."""
-    return "red" if visible[1] in RED else "black"
-
-
 def lesson(rule: str, visible: tuple[str, str]) -> str:
     """The lesson of the family of a deal with ``visible`` showing under ``rule``, in words that
     hold on every deal of that family (no card of this deal)."""
     op = OPERATOR[family(rule, visible)]
-    colour = ("red card (hearts or diamonds)" if visible[1] in RED else "black card (clubs or spades)")
-    when = f", with a {colour} showing," if rule == "suit" else ""
+    shown = colour(visible)
+    when = f", with a {shown} card ({' or '.join(_SUITS_OF[shown])}) showing," if rule == "suit" else ""
     rest = "12 minus it" if op == "+" else "12 divided by it"
     return (f"In this deck{when} the face-down card always makes 12 with the visible card by {op}: "
             f"write the visible card's value, then {op}, then {rest}.")
